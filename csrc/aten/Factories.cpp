@@ -1,0 +1,104 @@
+// Tensor creation, copies between devices, and reading scalars back to the host.
+#include "aten/Tensor.h"
+#include "runtime/Device.h"
+
+#include <ATen/EmptyTensor.h>
+#include <ATen/native/Resize.h>
+#include <torch/library.h>
+
+#include <ATen/ops/_local_scalar_dense.h>
+#include <ATen/ops/copy.h>
+
+namespace vdev {
+namespace {
+
+void check_options(std::optional<c10::Layout> layout, std::optional<bool> pin_memory) {
+  TORCH_CHECK(
+      layout.value_or(c10::kStrided) == c10::kStrided, kBackendName,
+      " supports only strided tensors, got layout ", *layout);
+  TORCH_CHECK(
+      !pin_memory.value_or(false), "Only CPU tensors can be pinned; ", kBackendName,
+      " tensors cannot");
+}
+
+c10::DeviceIndex device_index_of(std::optional<c10::Device> device) {
+  return resolve_device_index(device.has_value() ? device->index() : -1);
+}
+
+at::Tensor empty_memory_format(
+    c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
+    std::optional<c10::Layout> layout, std::optional<c10::Device> device,
+    std::optional<bool> pin_memory, std::optional<c10::MemoryFormat> memory_format) {
+  check_options(layout, pin_memory);
+  at::detail::check_size_nonnegative(size);
+  return empty_tensor(
+      size, dtype.value_or(c10::get_default_dtype_as_scalartype()), device_index_of(device),
+      memory_format.value_or(c10::MemoryFormat::Contiguous));
+}
+
+at::Tensor empty_strided(
+    c10::IntArrayRef size, c10::IntArrayRef stride, std::optional<c10::ScalarType> dtype,
+    std::optional<c10::Layout> layout, std::optional<c10::Device> device,
+    std::optional<bool> pin_memory) {
+  check_options(layout, pin_memory);
+  at::detail::check_size_nonnegative(size);
+  TORCH_CHECK(
+      size.size() == stride.size(), "empty_strided: ", size.size(), " sizes but ",
+      stride.size(), " strides");
+  const c10::ScalarType scalar_type = dtype.value_or(c10::get_default_dtype_as_scalartype());
+  const size_t nbytes =
+      at::detail::computeStorageNbytes(size, stride, c10::elementSize(scalar_type));
+  at::Tensor tensor = empty_tensor({0}, scalar_type, device_index_of(device));
+  tensor.unsafeGetTensorImpl()->set_storage_keep_dtype(
+      new_storage(nbytes, tensor.device().index()));
+  tensor.unsafeGetTensorImpl()->set_sizes_and_strides(size, stride);
+  return tensor;
+}
+
+// copy_ lands here when either side is a vdev tensor: both sides are host memory,
+// so ATen's CPU copy (dtype conversion, broadcasting, any strides) runs on aliases.
+at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  lazy_init();
+  for (const at::Tensor* tensor : {&self, &dst}) {
+    TORCH_CHECK(
+        is_vdev(*tensor) || tensor->device().is_cpu(), "Copying between ", self.device(),
+        " and ", dst.device(), " is not supported by ", kBackendName);
+  }
+  as_cpu(dst).copy_(as_cpu(self), non_blocking);
+  return dst;
+}
+
+at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  at::native::resize_output(dst, self.sizes());
+  return copy_from(self, dst, /*non_blocking=*/false);
+}
+
+c10::Scalar local_scalar_dense(const at::Tensor& self) {
+  lazy_init();
+  return at::_local_scalar_dense(cpu_alias(self));
+}
+
+at::Tensor& fill_scalar(at::Tensor& self, const c10::Scalar& value) {
+  cpu_alias(self).fill_(value);
+  return self;
+}
+
+// A tensor may take another's metadata (`param.data = t`) only if both are vdev:
+// otherwise the TensorImpl would no longer be a vdev TensorImpl.
+bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
+  return is_vdev(self) && is_vdev(from);
+}
+
+} // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("empty.memory_format", TORCH_FN(empty_memory_format));
+  m.impl("empty_strided", TORCH_FN(empty_strided));
+  m.impl("_copy_from", TORCH_FN(copy_from));
+  m.impl("_copy_from_and_resize", TORCH_FN(copy_from_and_resize));
+  m.impl("_local_scalar_dense", TORCH_FN(local_scalar_dense));
+  m.impl("fill_.Scalar", TORCH_FN(fill_scalar));
+  m.impl("_has_compatible_shallow_copy_type", TORCH_FN(has_compatible_shallow_copy_type));
+}
+
+} // namespace vdev

@@ -1,0 +1,116 @@
+#include "aten/Tensor.h"
+
+#include "runtime/Allocator.h"
+
+#include <ATen/EmptyTensor.h>
+#include <c10/core/StorageImpl.h>
+#include <c10/util/intrusive_ptr.h>
+
+namespace vdev {
+namespace {
+const c10::DispatchKeySet kKeySet{c10::DispatchKey::PrivateUse1};
+
+// `like` may be a CPU result of the fallback: its view gets the vdev equivalent.
+c10::DispatchKeySet view_key_set(const at::Tensor& like) {
+  if (is_vdev(like)) {
+    return like.key_set();
+  }
+  return like.key_set().remove_backend(c10::BackendComponent::CPUBit) |
+      c10::DispatchKeySet(c10::BackendComponent::PrivateUse1Bit);
+}
+} // namespace
+
+TensorImpl::TensorImpl(c10::Storage&& storage, caffe2::TypeMeta dtype)
+    : c10::TensorImpl(std::move(storage), kKeySet, dtype) {}
+
+TensorImpl::TensorImpl(
+    c10::TensorImpl::ImplType view, c10::Storage&& storage, c10::DispatchKeySet base_key_set,
+    caffe2::TypeMeta dtype)
+    : c10::TensorImpl(view, std::move(storage), base_key_set, dtype) {}
+
+template <typename VersionCounter>
+c10::intrusive_ptr<c10::TensorImpl> TensorImpl::detached_copy(
+    VersionCounter&& version_counter, bool allow_tensor_metadata_change) const {
+  auto impl = c10::make_intrusive<TensorImpl>(c10::Storage(storage()), dtype());
+  copy_tensor_metadata(
+      this, impl.get(), std::forward<VersionCounter>(version_counter),
+      allow_tensor_metadata_change);
+  impl->refresh_numel();
+  impl->refresh_contiguous();
+  return impl;
+}
+
+c10::intrusive_ptr<c10::TensorImpl> TensorImpl::shallow_copy_and_detach(
+    const c10::VariableVersion& version_counter, bool allow_tensor_metadata_change) const {
+  return detached_copy(version_counter, allow_tensor_metadata_change);
+}
+
+c10::intrusive_ptr<c10::TensorImpl> TensorImpl::shallow_copy_and_detach(
+    c10::VariableVersion&& version_counter, bool allow_tensor_metadata_change) const {
+  return detached_copy(std::move(version_counter), allow_tensor_metadata_change);
+}
+
+void TensorImpl::shallow_copy_from(const c10::intrusive_ptr<c10::TensorImpl>& impl) {
+  TORCH_CHECK(
+      dynamic_cast<const TensorImpl*>(impl.get()) != nullptr,
+      "Cannot shallow-copy a ", impl->device_type(), " tensor into a ", kBackendName, " tensor");
+  copy_tensor_metadata(impl.get(), this, version_counter(), allow_tensor_metadata_change());
+  refresh_numel();
+  refresh_contiguous();
+}
+
+c10::Storage new_storage(size_t nbytes, c10::DeviceIndex device) {
+  return c10::Storage(c10::make_intrusive<c10::StorageImpl>(
+      c10::StorageImpl::use_byte_size_t(), nbytes,
+      allocate_device_memory(device, nbytes, make_device(device)), &caching_allocator(),
+      /*resizable=*/true));
+}
+
+at::Tensor empty_tensor(
+    c10::IntArrayRef sizes, c10::ScalarType dtype, c10::DeviceIndex device,
+    c10::MemoryFormat memory_format) {
+  const caffe2::TypeMeta meta = c10::scalarTypeToTypeMeta(dtype);
+  c10::Storage storage = new_storage(
+      at::detail::computeStorageNbytesContiguous(sizes, meta.itemsize()), device);
+  auto tensor = at::detail::make_tensor<TensorImpl>(std::move(storage), meta);
+  tensor.unsafeGetTensorImpl()->set_sizes_contiguous(sizes);
+  if (memory_format != c10::MemoryFormat::Contiguous) {
+    tensor.unsafeGetTensorImpl()->empty_tensor_restride(memory_format);
+  }
+  return tensor;
+}
+
+at::Tensor view_of_storage(
+    const c10::Storage& storage, const at::Tensor& like, c10::IntArrayRef sizes,
+    c10::IntArrayRef strides, int64_t storage_offset) {
+  auto view = at::detail::make_tensor<TensorImpl>(
+      c10::TensorImpl::VIEW, c10::Storage(storage), view_key_set(like), like.dtype());
+  auto* impl = view.unsafeGetTensorImpl();
+  impl->set_sizes_and_strides(sizes, strides, storage_offset);
+  impl->_set_conj(like.is_conj());
+  impl->_set_neg(like.is_neg());
+  return view;
+}
+
+at::Tensor cpu_alias(const at::Tensor& tensor) {
+  const c10::Storage& storage = tensor.storage();
+  c10::StorageImpl* device_storage = storage.unsafeGetStorageImpl();
+  // The alias's DataPtr holds a reference to the device storage, released with it.
+  c10::raw::intrusive_ptr::incref(device_storage);
+  c10::DataPtr data(
+      device_storage->mutable_data(), device_storage,
+      [](void* owner) { c10::raw::intrusive_ptr::decref(static_cast<c10::StorageImpl*>(owner)); },
+      c10::Device(c10::kCPU));
+  c10::Storage alias_storage(c10::make_intrusive<c10::StorageImpl>(
+      c10::StorageImpl::use_byte_size_t(), storage.nbytes(), std::move(data),
+      cpu_view_allocator(tensor.device().index()), storage.resizable()));
+  auto alias = at::detail::make_tensor<c10::TensorImpl>(
+      std::move(alias_storage), c10::DispatchKeySet(c10::DispatchKey::CPU), tensor.dtype());
+  auto* impl = alias.unsafeGetTensorImpl();
+  impl->set_sizes_and_strides(tensor.sizes(), tensor.strides(), tensor.storage_offset());
+  impl->_set_conj(tensor.is_conj());
+  impl->_set_neg(tensor.is_neg());
+  return alias;
+}
+
+} // namespace vdev

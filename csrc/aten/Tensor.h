@@ -1,0 +1,61 @@
+#pragma once
+
+#include <torch_vdev/Backend.h>
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/TensorImpl.h>
+
+namespace vdev {
+
+// The TensorImpl of every vdev tensor, views included.
+class VDEV_API TensorImpl final : public c10::TensorImpl {
+ public:
+  TensorImpl(c10::Storage&& storage, caffe2::TypeMeta dtype);
+  // A view keeps its base's key set: a view of a normal tensor made in inference
+  // mode is a normal tensor.
+  TensorImpl(
+      c10::TensorImpl::ImplType view, c10::Storage&& storage, c10::DispatchKeySet base_key_set,
+      caffe2::TypeMeta dtype);
+
+  c10::intrusive_ptr<c10::TensorImpl> shallow_copy_and_detach(
+      const c10::VariableVersion& version_counter,
+      bool allow_tensor_metadata_change) const override;
+  c10::intrusive_ptr<c10::TensorImpl> shallow_copy_and_detach(
+      c10::VariableVersion&& version_counter,
+      bool allow_tensor_metadata_change) const override;
+  void shallow_copy_from(const c10::intrusive_ptr<c10::TensorImpl>& impl) override;
+
+ private:
+  template <typename VersionCounter>
+  c10::intrusive_ptr<c10::TensorImpl> detached_copy(
+      VersionCounter&& version_counter, bool allow_tensor_metadata_change) const;
+};
+
+inline bool is_vdev(const at::Tensor& tensor) {
+  return tensor.defined() && tensor.device().type() == kDeviceType;
+}
+
+// Uninitialised device memory of `device` as a resizable storage.
+c10::Storage new_storage(size_t nbytes, c10::DeviceIndex device);
+
+// A new uninitialised contiguous (or `memory_format`) vdev tensor.
+at::Tensor empty_tensor(
+    c10::IntArrayRef sizes, c10::ScalarType dtype, c10::DeviceIndex device,
+    c10::MemoryFormat memory_format = c10::MemoryFormat::Contiguous);
+
+// A vdev tensor viewing `storage` with the given geometry (and `like`'s conj/neg bits).
+at::Tensor view_of_storage(
+    const c10::Storage& storage, const at::Tensor& like, c10::IntArrayRef sizes,
+    c10::IntArrayRef strides, int64_t storage_offset);
+
+// A CPU tensor over the same memory, sizes, strides and offset as a vdev tensor, so
+// that CPU kernels read and write device memory directly. It keeps the device
+// storage alive, and a CPU kernel that resizes it allocates device memory.
+at::Tensor cpu_alias(const at::Tensor& tensor);
+
+// `tensor` itself when on CPU, its CPU alias when on vdev.
+inline at::Tensor as_cpu(const at::Tensor& tensor) {
+  return is_vdev(tensor) ? cpu_alias(tensor) : tensor;
+}
+
+} // namespace vdev

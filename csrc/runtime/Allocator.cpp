@@ -1,0 +1,445 @@
+#include "runtime/Allocator.h"
+
+#include "runtime/Device.h"
+
+#include <c10/core/CPUAllocator.h>
+#include <c10/util/Exception.h>
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <unordered_map>
+#include <vector>
+
+namespace vdev {
+namespace {
+
+using c10::CachingAllocator::Stat;
+using c10::CachingAllocator::StatArray;
+using c10::CachingAllocator::StatType;
+using c10::CachingDeviceAllocator::DeviceStats;
+
+constexpr size_t kAlignment = 64;
+constexpr size_t kSmallBlockGranularity = 512;
+// Sizes below this are served from the small pool (as CUDA's 1 MiB split).
+constexpr size_t kSmallPoolLimit = 1 << 20;
+// Large blocks are rounded to 1/8 of their power of two, so cached blocks are
+// reused across slightly different sizes while wasting at most 12.5%.
+constexpr int kLargeRoundingDivisions = 8;
+
+size_t round_block_size(size_t nbytes) {
+  if (nbytes < kSmallPoolLimit) {
+    return (nbytes + kSmallBlockGranularity - 1) / kSmallBlockGranularity *
+        kSmallBlockGranularity;
+  }
+  size_t power = size_t{1} << (63 - __builtin_clzll(nbytes));
+  size_t step = power / kLargeRoundingDivisions;
+  return (nbytes + step - 1) / step * step;
+}
+
+struct Block {
+  size_t size;
+  size_t requested;
+  c10::DeviceIndex device;
+  bool in_use;
+};
+
+void update(StatArray& stats, bool small, int64_t delta) {
+  for (auto type : {StatType::AGGREGATE, small ? StatType::SMALL_POOL : StatType::LARGE_POOL}) {
+    auto& stat = stats[static_cast<size_t>(type)];
+    if (delta >= 0) {
+      stat.increase(static_cast<size_t>(delta));
+    } else {
+      stat.decrease(static_cast<size_t>(-delta));
+    }
+  }
+}
+
+std::string format_bytes(size_t nbytes) {
+  std::ostringstream out;
+  out.precision(2);
+  out << std::fixed;
+  if (nbytes >= (size_t{1} << 30)) {
+    out << static_cast<double>(nbytes) / (1 << 30) << " GiB";
+  } else if (nbytes >= (size_t{1} << 20)) {
+    out << static_cast<double>(nbytes) / (1 << 20) << " MiB";
+  } else {
+    out << static_cast<double>(nbytes) / (1 << 10) << " KiB";
+  }
+  out << " (" << nbytes << " bytes)";
+  return out.str();
+}
+
+size_t physical_memory_bytes() {
+  long pages = sysconf(_SC_PHYS_PAGES);
+  long page_size = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page_size > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page_size)
+                                    : SIZE_MAX;
+}
+
+size_t read_capacity() {
+  const char* text = std::getenv("VDEV_MEMORY_LIMIT");
+  if (text == nullptr || *text == '\0') {
+    return physical_memory_bytes();
+  }
+  char* end = nullptr;
+  unsigned long long value = std::strtoull(text, &end, 10);
+  TORCH_CHECK(
+      *end == '\0' && text[0] != '-',
+      "VDEV_MEMORY_LIMIT='", text, "' is not a whole number of bytes");
+  return static_cast<size_t>(value);
+}
+
+void free_device_block(void* ptr);
+
+struct DevicePool {
+  std::multimap<size_t, void*> cached;  // block size -> free block
+  DeviceStats stats;
+};
+
+class Pools {
+ public:
+  Pools() : capacity_(read_capacity()), devices_(std::max<c10::DeviceIndex>(device_count(), 1)) {}
+
+  c10::DataPtr allocate(c10::DeviceIndex device, size_t nbytes, c10::Device reported) {
+    check_device_index(device);
+    lazy_init();
+    if (nbytes == 0) {
+      return c10::DataPtr(nullptr, reported);
+    }
+    const size_t size = round_block_size(nbytes);
+    const bool small = size < kSmallPoolLimit;
+    std::lock_guard<std::mutex> lock(mutex_);
+    DevicePool& pool = devices_[device];
+    void* ptr = take_cached(pool, size);
+    if (ptr == nullptr) {
+      ptr = allocate_segment(device, pool, size, nbytes);
+    }
+    blocks_[ptr] = Block{size, nbytes, device, true};
+    update(pool.stats.allocation, small, 1);
+    update(pool.stats.active, small, 1);
+    update(pool.stats.allocated_bytes, small, static_cast<int64_t>(size));
+    update(pool.stats.active_bytes, small, static_cast<int64_t>(size));
+    update(pool.stats.requested_bytes, small, static_cast<int64_t>(nbytes));
+    return c10::DataPtr(ptr, ptr, &free_device_block, reported);
+  }
+
+  void release(void* ptr) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = blocks_.find(ptr);
+    TORCH_INTERNAL_ASSERT(it != blocks_.end() && it->second.in_use, "vdev: freeing unknown pointer");
+    Block& block = it->second;
+    DevicePool& pool = devices_[block.device];
+    const bool small = block.size < kSmallPoolLimit;
+    update(pool.stats.allocation, small, -1);
+    update(pool.stats.active, small, -1);
+    update(pool.stats.allocated_bytes, small, -static_cast<int64_t>(block.size));
+    update(pool.stats.active_bytes, small, -static_cast<int64_t>(block.size));
+    update(pool.stats.requested_bytes, small, -static_cast<int64_t>(block.requested));
+    block.in_use = false;
+    pool.cached.emplace(block.size, ptr);
+  }
+
+  bool owns(const void* ptr) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return blocks_.count(const_cast<void*>(ptr)) != 0;
+  }
+
+  c10::DeviceIndex device_of(const void* ptr) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = blocks_.find(const_cast<void*>(ptr));
+    TORCH_CHECK(it != blocks_.end(), "Pointer ", ptr, " is not ", kBackendName, " device memory");
+    return it->second.device;
+  }
+
+  void empty_cache() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& pool : devices_) {
+      release_cached(pool);
+    }
+  }
+
+  DeviceStats stats(c10::DeviceIndex device) {
+    check_device_index(device);
+    std::lock_guard<std::mutex> lock(mutex_);
+    return devices_[device].stats;
+  }
+
+  template <typename Reset>
+  void reset(c10::DeviceIndex device, Reset reset_stat) {
+    check_device_index(device);
+    std::lock_guard<std::mutex> lock(mutex_);
+    DeviceStats& stats = devices_[device].stats;
+    for (StatArray* array :
+         {&stats.allocation, &stats.segment, &stats.active, &stats.inactive_split,
+          &stats.allocated_bytes, &stats.reserved_bytes, &stats.active_bytes,
+          &stats.inactive_split_bytes, &stats.requested_bytes}) {
+      for (Stat& stat : *array) {
+        reset_stat(stat);
+      }
+    }
+    reset_stat(stats.oversize_allocations);
+    reset_stat(stats.oversize_segments);
+  }
+
+  void reset_accumulated(c10::DeviceIndex device) {
+    reset(device, [](Stat& stat) { stat.reset_accumulated(); });
+    std::lock_guard<std::mutex> lock(mutex_);
+    DeviceStats& stats = devices_[device].stats;
+    stats.num_alloc_retries = 0;
+    stats.num_ooms = 0;
+    stats.num_device_alloc = 0;
+    stats.num_device_free = 0;
+  }
+
+  size_t capacity() const {
+    return capacity_;
+  }
+
+  size_t reserved(c10::DeviceIndex device) {
+    check_device_index(device);
+    std::lock_guard<std::mutex> lock(mutex_);
+    return static_cast<size_t>(
+        devices_[device].stats.reserved_bytes[static_cast<size_t>(StatType::AGGREGATE)].current);
+  }
+
+ private:
+  static void* take_cached(DevicePool& pool, size_t size) {
+    auto it = pool.cached.find(size);
+    if (it == pool.cached.end()) {
+      return nullptr;
+    }
+    void* ptr = it->second;
+    pool.cached.erase(it);
+    return ptr;
+  }
+
+  void* allocate_segment(c10::DeviceIndex device, DevicePool& pool, size_t size, size_t requested) {
+    auto reserved_bytes = [&pool] {
+      return static_cast<size_t>(
+          pool.stats.reserved_bytes[static_cast<size_t>(StatType::AGGREGATE)].current);
+    };
+    if (reserved_bytes() + size > capacity_ && !pool.cached.empty()) {
+      pool.stats.num_alloc_retries += 1;
+      release_cached(pool);
+    }
+    void* ptr = reserved_bytes() + size > capacity_ ? nullptr : std::aligned_alloc(kAlignment, size);
+    if (ptr == nullptr) {
+      pool.stats.num_ooms += 1;
+      const size_t reserved = reserved_bytes();
+      const size_t allocated = static_cast<size_t>(
+          pool.stats.allocated_bytes[static_cast<size_t>(StatType::AGGREGATE)].current);
+      TORCH_CHECK_WITH(
+          OutOfMemoryError, false,
+          kBackendName, " out of memory. Tried to allocate ", format_bytes(requested), " on ",
+          kBackendName, ":", static_cast<int>(device), ". The device has a capacity of ",
+          format_bytes(capacity_), " of which ",
+          format_bytes(capacity_ > reserved ? capacity_ - reserved : 0), " is free; ",
+          format_bytes(allocated), " is allocated by PyTorch and ", format_bytes(reserved),
+          " is reserved. Set VDEV_MEMORY_LIMIT (bytes) to change the capacity.");
+    }
+    update(pool.stats.segment, size < kSmallPoolLimit, 1);
+    update(pool.stats.reserved_bytes, size < kSmallPoolLimit, static_cast<int64_t>(size));
+    pool.stats.num_device_alloc += 1;
+    return ptr;
+  }
+
+  void release_cached(DevicePool& pool) {
+    for (auto& [size, ptr] : pool.cached) {
+      blocks_.erase(ptr);
+      std::free(ptr);
+      update(pool.stats.segment, size < kSmallPoolLimit, -1);
+      update(pool.stats.reserved_bytes, size < kSmallPoolLimit, -static_cast<int64_t>(size));
+      pool.stats.num_device_free += 1;
+    }
+    pool.cached.clear();
+  }
+
+  const size_t capacity_;
+  std::mutex mutex_;
+  std::vector<DevicePool> devices_;
+  std::unordered_map<void*, Block> blocks_;
+};
+
+Pools& pools() {
+  // Leaked on purpose: tensors may be freed during static destruction.
+  static Pools* instance = new Pools();
+  return *instance;
+}
+
+void free_device_block(void* ptr) {
+  if (ptr != nullptr) {
+    pools().release(ptr);
+  }
+}
+
+// The CPU allocator installed process-wide: it serves ordinary CPU allocations
+// from the allocator it replaced, and a thread's allocations from device memory
+// while that thread runs a CPU kernel for a device (RouteCpuAllocationsTo).
+thread_local c10::DeviceIndex tls_route_device = -1;
+
+class RoutingCpuAllocator final : public c10::Allocator {
+ public:
+  explicit RoutingCpuAllocator(c10::Allocator* base) : base_(base) {}
+
+  c10::DataPtr allocate(size_t nbytes) override {
+    if (tls_route_device >= 0) {
+      return pools().allocate(tls_route_device, nbytes, c10::Device(c10::kCPU));
+    }
+    return base_->allocate(nbytes);
+  }
+
+  c10::DeleterFnPtr raw_deleter() const override {
+    return &free_either;
+  }
+
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    base_->copy_data(dest, src, count);
+  }
+
+ private:
+  // raw_deallocate may run after routing ended, so it asks which memory it holds.
+  static void free_either(void* ptr);
+
+  c10::Allocator* base_;
+};
+
+RoutingCpuAllocator& routing_cpu_allocator() {
+  static RoutingCpuAllocator* instance = new RoutingCpuAllocator(c10::GetCPUAllocator());
+  return *instance;
+}
+
+void RoutingCpuAllocator::free_either(void* ptr) {
+  if (ptr != nullptr && pools().owns(ptr)) {
+    pools().release(ptr);
+  } else {
+    routing_cpu_allocator().base_->raw_deleter()(ptr);
+  }
+}
+
+class CpuViewAllocator final : public c10::Allocator {
+ public:
+  explicit CpuViewAllocator(c10::DeviceIndex device) : device_(device) {}
+
+  c10::DataPtr allocate(size_t nbytes) override {
+    return pools().allocate(device_, nbytes, c10::Device(c10::kCPU));
+  }
+
+  c10::DeleterFnPtr raw_deleter() const override {
+    return &free_device_block;
+  }
+
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+
+ private:
+  c10::DeviceIndex device_;
+};
+
+} // namespace
+
+c10::DataPtr CachingAllocator::allocate(size_t nbytes) {
+  c10::DeviceIndex device = current_device();
+  return pools().allocate(device, nbytes, make_device(device));
+}
+
+c10::DeleterFnPtr CachingAllocator::raw_deleter() const {
+  return &free_device_block;
+}
+
+void CachingAllocator::copy_data(void* dest, const void* src, std::size_t count) const {
+  default_copy_data(dest, src, count);
+}
+
+bool CachingAllocator::initialized() {
+  return true;
+}
+
+void CachingAllocator::emptyCache(c10::MempoolId_t /*mempool_id*/) {
+  pools().empty_cache();
+}
+
+void CachingAllocator::recordStream(const c10::DataPtr& /*ptr*/, c10::Stream /*stream*/) {}
+
+DeviceStats CachingAllocator::getDeviceStats(c10::DeviceIndex device) {
+  return pools().stats(device);
+}
+
+void CachingAllocator::resetAccumulatedStats(c10::DeviceIndex device) {
+  pools().reset_accumulated(device);
+}
+
+void CachingAllocator::resetPeakStats(c10::DeviceIndex device) {
+  pools().reset(device, [](Stat& stat) { stat.reset_peak(); });
+}
+
+std::pair<size_t, size_t> CachingAllocator::getMemoryInfo(c10::DeviceIndex device) {
+  size_t reserved = pools().reserved(device);
+  size_t capacity = pools().capacity();
+  return {capacity > reserved ? capacity - reserved : 0, capacity};
+}
+
+CachingAllocator& caching_allocator() {
+  static CachingAllocator instance;
+  return instance;
+}
+
+c10::DataPtr allocate_device_memory(
+    c10::DeviceIndex device, size_t nbytes, c10::Device reported_device) {
+  return pools().allocate(device, nbytes, reported_device);
+}
+
+bool owns_device_memory(const c10::DataPtr& data_ptr) {
+  return data_ptr.get_deleter() == &free_device_block;
+}
+
+void adopt_device_memory(c10::DataPtr& data_ptr, c10::DeviceIndex device) {
+  data_ptr.unsafe_set_device(make_device(device));
+}
+
+c10::Allocator* cpu_view_allocator(c10::DeviceIndex device) {
+  static std::vector<CpuViewAllocator>* allocators = [] {
+    auto* all = new std::vector<CpuViewAllocator>();
+    for (c10::DeviceIndex index = 0; index < device_count(); ++index) {
+      all->emplace_back(index);
+    }
+    return all;
+  }();
+  check_device_index(device);
+  return &(*allocators)[device];
+}
+
+RouteCpuAllocationsTo::RouteCpuAllocationsTo(c10::DeviceIndex device)
+    : previous_(tls_route_device) {
+  tls_route_device = device;
+}
+
+RouteCpuAllocationsTo::~RouteCpuAllocationsTo() {
+  tls_route_device = previous_;
+}
+
+c10::Device device_of_pointer(const void* ptr) {
+  return make_device(pools().device_of(ptr));
+}
+
+size_t memory_capacity(c10::DeviceIndex device) {
+  check_device_index(device);
+  return pools().capacity();
+}
+
+REGISTER_ALLOCATOR(kDeviceType, &caching_allocator())
+
+namespace {
+struct InstallRoutingCpuAllocator {
+  InstallRoutingCpuAllocator() {
+    c10::SetCPUAllocator(&routing_cpu_allocator(), /*priority=*/0);
+  }
+} install_routing_cpu_allocator;
+} // namespace
+
+} // namespace vdev

@@ -1,0 +1,64 @@
+#pragma once
+
+#include <torch_vdev/Backend.h>
+
+#include <c10/core/CachingDeviceAllocator.h>
+
+namespace vdev {
+
+// Device memory is 64-byte aligned host RAM, cached per device like CUDA's
+// caching allocator, with the same statistics and an optional capacity
+// (VDEV_MEMORY_LIMIT, bytes) whose overflow raises torch.OutOfMemoryError.
+class VDEV_API CachingAllocator final : public c10::DeviceAllocator {
+ public:
+  c10::DataPtr allocate(size_t nbytes) override;
+  c10::DeleterFnPtr raw_deleter() const override;
+  void copy_data(void* dest, const void* src, std::size_t count) const override;
+
+  bool initialized() override;
+  void emptyCache(c10::MempoolId_t mempool_id = {0, 0}) override;
+  void recordStream(const c10::DataPtr& ptr, c10::Stream stream) override;
+  c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override;
+  void resetAccumulatedStats(c10::DeviceIndex device) override;
+  void resetPeakStats(c10::DeviceIndex device) override;
+  std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override;
+};
+
+VDEV_API CachingAllocator& caching_allocator();
+
+// Allocates device memory of `device` whose DataPtr reports `reported_device`.
+// CPU kernels run on CPU aliases of device memory, so memory they allocate on
+// a device's behalf is reported as CPU until it is adopted (see adopt_device_memory).
+c10::DataPtr allocate_device_memory(
+    c10::DeviceIndex device, size_t nbytes, c10::Device reported_device);
+
+// True if `data_ptr` owns a block of this allocator (whatever device it reports).
+bool owns_device_memory(const c10::DataPtr& data_ptr);
+
+// Makes a DataPtr of `device`'s memory that was reported as CPU report `device` again.
+void adopt_device_memory(c10::DataPtr& data_ptr, c10::DeviceIndex device);
+
+// An allocator that hands out `device`'s memory reported as CPU: the allocator of
+// CPU alias storages, so a CPU kernel that resizes an alias allocates device memory.
+c10::Allocator* cpu_view_allocator(c10::DeviceIndex device);
+
+// While alive, CPU allocations on this thread come from `device`'s memory, so CPU
+// kernels run on a device's behalf produce outputs that need no copy to become vdev.
+class RouteCpuAllocationsTo {
+ public:
+  explicit RouteCpuAllocationsTo(c10::DeviceIndex device);
+  ~RouteCpuAllocationsTo();
+  RouteCpuAllocationsTo(const RouteCpuAllocationsTo&) = delete;
+  RouteCpuAllocationsTo& operator=(const RouteCpuAllocationsTo&) = delete;
+
+ private:
+  c10::DeviceIndex previous_;
+};
+
+// The device a pointer into device memory belongs to; throws for other pointers.
+c10::Device device_of_pointer(const void* ptr);
+
+// Per-device capacity in bytes.
+VDEV_API size_t memory_capacity(c10::DeviceIndex device);
+
+} // namespace vdev

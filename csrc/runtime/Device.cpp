@@ -1,0 +1,120 @@
+#include "runtime/Device.h"
+
+#include <c10/core/DeviceType.h>
+#include <c10/util/Exception.h>
+
+#include <pthread.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+
+namespace vdev {
+namespace {
+
+constexpr c10::DeviceIndex kDefaultDeviceCount = 2;
+constexpr long kMaxDeviceCount = 64;
+
+c10::DeviceIndex read_device_count() noexcept {
+  const char* text = std::getenv("VDEV_DEVICE_COUNT");
+  if (text == nullptr || *text == '\0') {
+    return kDefaultDeviceCount;
+  }
+  char* end = nullptr;
+  long value = std::strtol(text, &end, 10);
+  if (*end != '\0' || value < 0 || value > kMaxDeviceCount) {
+    // deviceCount() must not throw (DeviceGuardImplInterface contract), so a bad
+    // setting falls back to the default with a warning instead of an exception.
+    TORCH_WARN(
+        "VDEV_DEVICE_COUNT='", text, "' is not a whole number from 0 to ",
+        kMaxDeviceCount, "; using ", static_cast<int>(kDefaultDeviceCount), " devices");
+    return kDefaultDeviceCount;
+  }
+  return static_cast<c10::DeviceIndex>(value);
+}
+
+thread_local c10::DeviceIndex tls_current_device = 0;
+
+std::atomic<bool> initialized{false};
+std::atomic<bool> in_bad_fork{false};
+
+void mark_child_bad() {
+  in_bad_fork = true;
+}
+
+} // namespace
+
+void lazy_init() {
+  if (C10_LIKELY(initialized.load(std::memory_order_relaxed) && !in_bad_fork.load(std::memory_order_relaxed))) {
+    return;
+  }
+  TORCH_CHECK(
+      !in_bad_fork,
+      "Cannot re-initialize ", kBackendName, " in forked subprocess. To use ", kBackendName,
+      " with multiprocessing, you must use the 'spawn' start method");
+  static std::once_flag register_fork_handler;
+  std::call_once(register_fork_handler, [] {
+    pthread_atfork(nullptr, nullptr, &mark_child_bad);
+  });
+  initialized = true;
+}
+
+bool is_initialized() {
+  return initialized;
+}
+
+bool is_in_bad_fork() {
+  return in_bad_fork;
+}
+
+c10::DeviceIndex device_count() noexcept {
+  static const c10::DeviceIndex count = read_device_count();
+  return count;
+}
+
+void check_device_index(c10::DeviceIndex index) {
+  TORCH_CHECK(
+      index >= 0 && index < device_count(),
+      "Invalid device index ", static_cast<int>(index), " for ", kBackendName,
+      ": there ", device_count() == 1 ? "is " : "are ", static_cast<int>(device_count()),
+      " ", kBackendName, " device(s), valid indices are 0..",
+      static_cast<int>(device_count()) - 1, " (set VDEV_DEVICE_COUNT to change the count)");
+}
+
+c10::DeviceIndex current_device() {
+  return tls_current_device;
+}
+
+void set_device(c10::DeviceIndex index) {
+  check_device_index(index);
+  tls_current_device = index;
+}
+
+c10::DeviceIndex exchange_device(c10::DeviceIndex index) {
+  check_device_index(index);
+  c10::DeviceIndex previous = tls_current_device;
+  tls_current_device = index;
+  return previous;
+}
+
+c10::DeviceIndex resolve_device_index(c10::DeviceIndex index) {
+  if (index < 0) {
+    return tls_current_device;
+  }
+  check_device_index(index);
+  return index;
+}
+
+} // namespace vdev
+
+namespace vdev {
+namespace {
+// Registered at load time so C++ apps that link libtorch_vdev get "vdev" devices too.
+struct RegisterBackendName {
+  RegisterBackendName() {
+    c10::register_privateuse1_backend(kBackendName);
+  }
+} register_backend_name;
+} // namespace
+} // namespace vdev

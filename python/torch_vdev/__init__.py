@@ -1,0 +1,32 @@
+"""vdev: a virtual PyTorch accelerator whose device memory is host RAM.
+
+Importing this package (or importing torch, through the ``torch.backends`` entry
+point) registers the ``vdev`` backend: ``torch.device('vdev')`` (alias
+``privateuseone``), the ``torch.vdev`` module mirroring ``torch.cuda``, and the
+``Tensor.vdev()`` / ``Module.vdev()`` / ``Tensor.is_vdev`` conveniences.
+"""
+
+import torch
+
+from . import _C
+
+BACKEND_NAME: str = _C.backend_name
+__version__ = "0.1.0"
+
+
+def _register_backend() -> None:
+    # The C++ library registered the name when it loaded; renaming to the same
+    # name sets up torch's Python side (device type, profiler names).
+    torch.utils.rename_privateuse1_backend(BACKEND_NAME)
+    from . import api
+
+    torch._register_device_module(BACKEND_NAME, api)
+    torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
+
+
+if not hasattr(torch, BACKEND_NAME):
+    _register_backend()
+
+
+def _autoload() -> None:
+    """Entry point of the ``torch.backends`` group: importing this package did the work."""
