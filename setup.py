@@ -41,6 +41,11 @@ class CMakeBuild(build_ext):
             ]
         )
         subprocess.check_call(["cmake", "--build", str(build_dir), "--target", "install"])
+        if self.inplace or getattr(self, "editable_mode", False):
+            # Editable installs import the package from the source tree, which needs
+            # the core library and headers too, not only the extension module.
+            source_package = ROOT / "python" / "torch_vdev"
+            subprocess.check_call(["cmake", "--install", str(build_dir), "--prefix", str(source_package)])
 
 
 setup(

@@ -6,9 +6,18 @@ point) registers the ``vdev`` backend: ``torch.device('vdev')`` (alias
 ``Tensor.vdev()`` / ``Module.vdev()`` / ``Tensor.is_vdev`` conveniences.
 """
 
-import torch
 
-from . import _C
+
+def _autoload() -> None:
+    """Entry point of the ``torch.backends`` group: importing this package does the work.
+
+    Defined before ``import torch``: when this package is imported first, importing
+    torch runs the entry point while this module is still initialising."""
+
+
+import torch  # noqa: E402
+
+from . import _C  # noqa: E402
 
 BACKEND_NAME: str = _C.backend_name
 __version__ = "0.1.0"
@@ -26,7 +35,3 @@ def _register_backend() -> None:
 
 if not hasattr(torch, BACKEND_NAME):
     _register_backend()
-
-
-def _autoload() -> None:
-    """Entry point of the ``torch.backends`` group: importing this package did the work."""

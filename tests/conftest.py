@@ -1,0 +1,32 @@
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+# Installed with pip, importing torch has already loaded the backend (autoload);
+# importing it again is a no-op that also covers a source checkout on PYTHONPATH.
+import torch_vdev  # noqa: F401
+
+
+def run_python(code: str, env: dict = None, timeout: int = 120) -> subprocess.CompletedProcess:
+    """Runs `code` in a fresh interpreter (for process-wide settings such as
+    VDEV_MEMORY_LIMIT or autoload) and returns the finished process."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-c", code], env=full_env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+@pytest.fixture
+def run_in_subprocess():
+    return run_python
+
+
+@pytest.fixture(autouse=True)
+def _restore_current_device():
+    previous = torch.vdev.current_device()
+    yield
+    torch.vdev.set_device(previous)

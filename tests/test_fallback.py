@@ -1,0 +1,121 @@
+"""Ops without a vdev kernel run through the zero-copy CPU fallback."""
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+import torch_vdev
+
+is_vdev_impl = torch_vdev._C.is_vdev_tensor_impl
+
+
+def test_fallback_result_is_a_device_tensor_counted_in_stats():
+    source_cpu = torch.randn(100)
+    source = source_cpu.to("vdev:1")
+    before = torch.vdev.memory_allocated(1)
+    result = torch.special.i0e(source)
+    assert result.device == torch.device("vdev:1") and is_vdev_impl(result)
+    assert torch.vdev.memory_allocated(1) >= before + result.nbytes
+    assert_close(result.cpu(), torch.special.i0e(source_cpu))
+
+
+def test_in_place_returns_the_same_tensor_and_bumps_version():
+    tensor = torch.randn(5, device="vdev")
+    expected = tensor.cpu().cumsum(0)
+    version = tensor._version
+    result = tensor.cumsum_(0)
+    assert result is tensor
+    assert tensor._version > version
+    assert_close(tensor.cpu(), expected)
+
+
+def test_out_argument_is_written_and_resized():
+    source_cpu = torch.randn(3, 4)
+    out = torch.empty(0, device="vdev")
+    result = torch.logaddexp(source_cpu.to("vdev"), source_cpu.to("vdev"), out=out)
+    assert result is out
+    assert out.shape == (3, 4) and is_vdev_impl(out)
+    assert_close(out.cpu(), torch.logaddexp(source_cpu, source_cpu))
+    assert torch.vdev.memory_allocated() >= out.nbytes
+
+
+def test_view_ops_through_fallback_alias_input():
+    base = torch.arange(12.0, device="vdev")
+    # unfold_copy is not a view; unfold through the fallback returns a real view
+    view = torch.ops.aten.unfold(base, 0, 3, 3)
+    assert view.untyped_storage().data_ptr() == base.untyped_storage().data_ptr()
+    view.mul_(-1)
+    assert base[0].item() == -0.0 and base[11].item() == -11.0
+
+
+def test_multiple_outputs_and_lists():
+    source_cpu = torch.randn(4, 5)
+    values, indices = torch.cummax(source_cpu.to("vdev"), dim=1)
+    expected = torch.cummax(source_cpu, dim=1)
+    assert_close(values.cpu(), expected.values)
+    assert_close(indices.cpu(), expected.indices)
+    pieces = torch.tensor_split(source_cpu.to("vdev"), 3, dim=1)
+    for piece, expected_piece in zip(pieces, torch.tensor_split(source_cpu, 3, dim=1)):
+        assert piece.device.type == "vdev"
+        assert_close(piece.cpu(), expected_piece)
+
+
+def test_device_argument_becomes_cpu_for_the_kernel():
+    tensor = torch.randint(0, 10, (5,), device="vdev:1")
+    assert tensor.device == torch.device("vdev:1")
+    assert 0 <= tensor.min().item() and tensor.max().item() < 10
+
+
+def test_seeded_random_matches_cpu():
+    torch.manual_seed(123)
+    cpu_draws = [torch.randn(50), torch.rand(7), torch.randint(0, 100, (9,))]
+    torch.manual_seed(123)
+    device_draws = [torch.randn(50, device="vdev"), torch.rand(7, device="vdev"), torch.randint(0, 100, (9,), device="vdev")]
+    for device_draw, cpu_draw in zip(device_draws, cpu_draws):
+        assert_close(device_draw.cpu(), cpu_draw, rtol=0, atol=0)
+
+
+def test_vdev_generator_argument():
+    generator = torch.Generator("vdev")
+    generator.manual_seed(7)
+    first = torch.randn(4, device="vdev", generator=generator)
+    generator.manual_seed(7)
+    second = torch.randn(4, device="vdev", generator=generator)
+    assert_close(first, second, rtol=0, atol=0)
+    cpu_generator = torch.Generator().manual_seed(7)
+    assert_close(first.cpu(), torch.randn(4, generator=cpu_generator), rtol=0, atol=0)
+
+
+def test_zero_dim_cpu_tensor_mixes_with_device_tensor():
+    tensor = torch.ones(3, device="vdev")
+    result = tensor * torch.tensor(2.5)
+    assert result.device.type == "vdev"
+    assert_close(result.cpu(), torch.full((3,), 2.5))
+
+
+@pytest.mark.parametrize(
+    "mix",
+    [
+        lambda a, b: torch.logaddexp(a, b),
+        lambda a, b: torch.atan2(a, b),
+    ],
+)
+def test_mixing_devices_is_rejected(mix):
+    on_zero = torch.ones(3, device="vdev:0")
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        mix(on_zero, torch.ones(3, device="vdev:1"))
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        mix(on_zero, torch.ones(3))
+
+
+def test_cpu_kernel_errors_pass_through_and_process_stays_usable():
+    with pytest.raises(RuntimeError, match="must match the size"):
+        torch.logaddexp(torch.ones(3, device="vdev"), torch.ones(4, device="vdev"))
+    with pytest.raises(IndexError):
+        torch.ones(3, device="vdev")[5]
+    assert torch.ones(3, device="vdev").sum().item() == 3.0
+
+
+def test_index_with_cpu_indices_is_allowed():
+    tensor = torch.arange(10.0, device="vdev")
+    assert_close(tensor[torch.tensor([1, 3])].cpu(), torch.tensor([1.0, 3.0]))

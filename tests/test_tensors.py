@@ -1,0 +1,125 @@
+"""Creating vdev tensors, printing them, and moving data between CPU and devices."""
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+import torch_vdev
+
+is_vdev_impl = torch_vdev._C.is_vdev_tensor_impl
+
+
+@pytest.mark.parametrize(
+    "factory",
+    [
+        lambda **kw: torch.zeros(3, 4, **kw),
+        lambda **kw: torch.ones(2, 5, dtype=torch.float64, **kw),
+        lambda **kw: torch.full((3,), 7, dtype=torch.int32, **kw),
+        lambda **kw: torch.arange(10, **kw),
+        lambda **kw: torch.linspace(0, 1, 11, **kw),
+        lambda **kw: torch.eye(4, **kw),
+        lambda **kw: torch.tensor([[1.5, -2.0], [3.0, 4.25]], **kw),
+        lambda **kw: torch.tensor([True, False], **kw),
+        lambda **kw: torch.tensor([1 + 2j, -3j], **kw),
+    ],
+)
+def test_factories_match_cpu(factory):
+    on_device = factory(device="vdev")
+    assert on_device.device == torch.device("vdev", 0)
+    assert is_vdev_impl(on_device)
+    assert_close(on_device.cpu(), factory(device="cpu"))
+
+
+def test_empty_and_empty_strided():
+    empty = torch.empty(2, 3, device="vdev")
+    assert empty.shape == (2, 3) and empty.is_contiguous()
+    strided = torch.empty_strided((2, 3), (1, 2), device="vdev")
+    assert strided.stride() == (1, 2)
+    channels_last = torch.empty(2, 3, 4, 5, device="vdev", memory_format=torch.channels_last)
+    assert channels_last.is_contiguous(memory_format=torch.channels_last)
+    assert torch.empty(0, device="vdev").numel() == 0
+
+
+def test_privateuseone_alias_names_vdev():
+    tensor = torch.randn(3, device="privateuseone")
+    assert tensor.device == torch.device("vdev:0")
+    assert tensor.is_vdev and not tensor.is_cpu
+
+
+def test_printing_shows_device_and_values():
+    tensor = torch.tensor([1.0, 2.5], device="vdev:1")
+    text = repr(tensor)
+    assert "device='vdev:1'" in text and "2.5000" in text
+    assert "device='vdev:0'" in repr(torch.zeros(2, 2, device="vdev"))
+
+
+def test_round_trip_cpu_device_cpu():
+    source = torch.randn(4, 5)
+    assert_close(source.to("vdev").cpu(), source, rtol=0, atol=0)
+    assert_close(source.vdev().to("cpu"), source, rtol=0, atol=0)
+
+
+def test_copy_between_devices():
+    source = torch.randn(6, 7)
+    on_first = source.to("vdev:0")
+    on_second = on_first.to("vdev:1")
+    assert on_second.device == torch.device("vdev:1")
+    assert on_second.data_ptr() != on_first.data_ptr()
+    assert_close(on_second.cpu(), source, rtol=0, atol=0)
+
+
+def test_non_contiguous_and_dtype_converting_copies():
+    source = torch.randn(5, 6)
+    device_t = source.to("vdev").t()
+    assert not device_t.is_contiguous()
+    assert_close(device_t.cpu(), source.t(), rtol=0, atol=0)
+    assert_close(source.t().to("vdev").cpu(), source.t(), rtol=0, atol=0)
+    converted = source.to("vdev", dtype=torch.float64)
+    assert converted.dtype == torch.float64
+    assert_close(converted.cpu(), source.double())
+    destination = torch.zeros(6, 5, dtype=torch.int64, device="vdev:1")
+    destination.copy_(device_t * 10)
+    assert_close(destination.cpu(), (source.t() * 10).long())
+    broadcast = torch.zeros(3, 4, device="vdev")
+    broadcast.copy_(torch.arange(4.0))
+    assert_close(broadcast.cpu(), torch.arange(4.0).expand(3, 4))
+
+
+def test_item_and_tolist():
+    tensor = torch.tensor([3.5, -1.0], device="vdev")
+    assert tensor[0].item() == 3.5
+    assert tensor.tolist() == [3.5, -1.0]
+    assert torch.tensor(7, device="vdev").item() == 7
+    assert bool(torch.tensor(True, device="vdev"))
+
+
+def test_fill_and_zero():
+    tensor = torch.empty(3, 3, device="vdev").fill_(2.5)
+    assert_close(tensor.cpu(), torch.full((3, 3), 2.5))
+    tensor[1].zero_()
+    assert tensor.sum().item() == 15.0
+
+
+def test_numpy_via_cpu():
+    tensor = torch.arange(6, device="vdev").reshape(2, 3)
+    assert tensor.cpu().numpy().tolist() == [[0, 1, 2], [3, 4, 5]]
+    with pytest.raises(TypeError, match="vdev"):
+        tensor.numpy()
+
+
+def test_module_methods_move_parameters():
+    module = torch.nn.Linear(3, 2)
+    module.vdev()
+    assert module.weight.device.type == "vdev" and is_vdev_impl(module.weight)
+    module.to("vdev:1")
+    assert module.weight.device == torch.device("vdev:1")
+    module.cpu()
+    assert module.weight.device.type == "cpu"
+
+
+def test_untyped_storage_is_on_device():
+    tensor = torch.arange(4.0, device="vdev")
+    storage = tensor.untyped_storage()
+    assert storage.device == torch.device("vdev:0") and storage.is_vdev
+    assert storage.nbytes() == 16
+    assert_close(torch.tensor([], device="vdev").set_(storage).cpu(), torch.arange(4.0).view(torch.uint8).view(torch.float32))
