@@ -1,14 +1,24 @@
 #pragma once
 
+#include <torch_vdev/Backend.h>
+
 #include <ATen/core/dispatch/Dispatcher.h>
+
+#include <functional>
+#include <string>
+#include <unordered_map>
 
 namespace vdev {
 
-// Runs `op` with the CPU kernel on zero-copy CPU aliases of its vdev arguments,
-// then hands the results back as vdev tensors, without copying (see Fallback.cpp).
-// `cpu_kernel` runs the op on the converted stack.
+// Runs a boxed `op` with a CPU kernel on zero-copy CPU aliases of its vdev arguments
+// and hands the results back as vdev tensors (see CpuRedispatch.h). `cpu_kernel`
+// runs the op on the converted stack.
 void run_on_cpu_aliases(
     const c10::OperatorHandle& op, torch::jit::Stack* stack,
     const std::function<void(torch::jit::Stack*)>& cpu_kernel);
+
+// How many times each op ran through the boxed fallback since the last reset.
+VDEV_API std::unordered_map<std::string, int64_t> fallback_stats();
+VDEV_API void reset_fallback_stats();
 
 } // namespace vdev

@@ -1,11 +1,13 @@
 // torch_vdev._C: the Python face of libtorch_vdev. Loading it loads the backend
 // library, whose static initialisers register everything with PyTorch.
+#include "aten/Fallback.h"
 #include "aten/Tensor.h"
 #include "runtime/Allocator.h"
 #include "runtime/Device.h"
 #include "runtime/Generator.h"
 
 #include <torch/csrc/Generator.h>
+#include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 
 namespace py = pybind11;
@@ -42,6 +44,8 @@ PYBIND11_MODULE(_C, m) {
     }
     return generators;
   });
+  m.def("fallback_stats", [] { return vdev::fallback_stats(); });
+  m.def("reset_fallback_stats", [] { vdev::reset_fallback_stats(); });
   m.def("is_vdev_tensor_impl", [](const at::Tensor& tensor) {
     return dynamic_cast<vdev::TensorImpl*>(tensor.unsafeGetTensorImpl()) != nullptr;
   });

@@ -23,6 +23,16 @@ BACKEND_NAME: str = _C.backend_name
 __version__ = "0.1.0"
 
 
+def fallback_stats() -> dict:
+    """``{op name: calls}`` of the ops that ran through the CPU fallback (ops with no
+    vdev kernel) since the last ``reset_fallback_stats()``."""
+    return dict(_C.fallback_stats())
+
+
+def reset_fallback_stats() -> None:
+    _C.reset_fallback_stats()
+
+
 def _register_backend() -> None:
     # The C++ library registered the name when it loaded; renaming to the same
     # name sets up torch's Python side (device type, profiler names).

@@ -1,0 +1,277 @@
+#pragma once
+
+// CpuKernel<at::_ops::X>::call is an unboxed vdev kernel for aten op X that runs
+// ATen's CPU kernel for X on zero-copy CPU aliases of its vdev arguments (see
+// CpuRedispatch.h). It serves any op whose signature uses the argument and return
+// types handled below, so a native kernel is one line: register_cpu_kernels<Ops...>(m).
+// Unlike the boxed fallback it builds no IValue stack and parses no schema per call.
+
+#include "aten/CpuRedispatch.h"
+#include "runtime/Device.h"
+
+#include <ATen/core/IListRef.h>
+#include <ATen/core/List.h>
+#include <torch/library.h>
+
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <vector>
+
+namespace vdev {
+namespace cpu_kernel {
+
+// Device discovery over one argument.
+inline void note(CpuRedispatch& call, const at::Tensor& tensor) {
+  call.note_tensor(tensor);
+}
+inline void note(CpuRedispatch& call, const std::optional<at::Tensor>& tensor) {
+  if (tensor.has_value()) {
+    call.note_tensor(*tensor);
+  }
+}
+inline void note(CpuRedispatch& call, at::TensorList tensors) {
+  for (const at::Tensor& tensor : tensors) {
+    call.note_tensor(tensor);
+  }
+}
+inline void note(CpuRedispatch& call, const at::ITensorListRef& tensors) {
+  for (const at::Tensor& tensor : tensors) {
+    call.note_tensor(tensor);
+  }
+}
+// Index lists may hold CPU tensors, as with CUDA.
+inline void note(CpuRedispatch& call, const c10::List<std::optional<at::Tensor>>& tensors) {
+  for (const std::optional<at::Tensor>& tensor : tensors) {
+    if (tensor.has_value()) {
+      call.note_tensor(*tensor, /*cpu_allowed=*/true);
+    }
+  }
+}
+inline void note(CpuRedispatch& call, const std::optional<c10::Device>& device) {
+  call.note_device(device);
+}
+template <class T>
+void note(CpuRedispatch& /*call*/, const T& /*other*/) {}
+
+// An argument as the CPU kernel receives it. By default: unchanged.
+template <class Arg, class = void>
+struct Converted {
+  Converted(CpuRedispatch& /*call*/, Arg value) : value(std::forward<Arg>(value)) {}
+  Arg get() {
+    return std::forward<Arg>(value);
+  }
+  Arg value;
+};
+
+template <>
+struct Converted<const at::Tensor&> {
+  Converted(CpuRedispatch& call, const at::Tensor& tensor) : cpu(call.alias(tensor)) {}
+  const at::Tensor& get() {
+    return cpu;
+  }
+  at::Tensor cpu;
+};
+
+// In-place self and out= arguments: the kernel's changes are taken over afterwards.
+template <>
+struct Converted<at::Tensor&> {
+  Converted(CpuRedispatch& call, at::Tensor& tensor) : cpu(call.alias_written(tensor)) {}
+  at::Tensor& get() {
+    return cpu;
+  }
+  at::Tensor cpu;
+};
+
+template <>
+struct Converted<const std::optional<at::Tensor>&> {
+  Converted(CpuRedispatch& call, const std::optional<at::Tensor>& tensor) {
+    if (tensor.has_value()) {
+      cpu = call.alias(*tensor);
+    }
+  }
+  const std::optional<at::Tensor>& get() {
+    return cpu;
+  }
+  std::optional<at::Tensor> cpu;
+};
+
+inline std::vector<at::Tensor> alias_all(CpuRedispatch& call, at::TensorList tensors) {
+  std::vector<at::Tensor> aliases;
+  aliases.reserve(tensors.size());
+  for (const at::Tensor& tensor : tensors) {
+    aliases.push_back(call.alias(tensor));
+  }
+  return aliases;
+}
+
+template <>
+struct Converted<at::TensorList> {
+  Converted(CpuRedispatch& call, at::TensorList tensors) : cpu(alias_all(call, tensors)) {}
+  at::TensorList get() {
+    return cpu;
+  }
+  std::vector<at::Tensor> cpu;
+};
+
+template <>
+struct Converted<const at::ITensorListRef&> {
+  Converted(CpuRedispatch& call, const at::ITensorListRef& tensors) {
+    cpu.reserve(tensors.size());
+    for (const at::Tensor& tensor : tensors) {
+      cpu.push_back(call.alias(tensor));
+    }
+  }
+  // Made on use: the converted arguments are moved into place before the call.
+  const at::ITensorListRef& get() {
+    ref = at::ITensorListRef(cpu);
+    return ref;
+  }
+  std::vector<at::Tensor> cpu;
+  at::ITensorListRef ref;
+};
+
+template <>
+struct Converted<const c10::List<std::optional<at::Tensor>>&> {
+  Converted(CpuRedispatch& call, const c10::List<std::optional<at::Tensor>>& tensors) {
+    cpu.reserve(tensors.size());
+    for (const std::optional<at::Tensor>& tensor : tensors) {
+      cpu.push_back(tensor.has_value() ? std::optional<at::Tensor>(call.alias(*tensor)) : std::nullopt);
+    }
+  }
+  const c10::List<std::optional<at::Tensor>>& get() {
+    return cpu;
+  }
+  c10::List<std::optional<at::Tensor>> cpu;
+};
+
+// Random ops draw from the vdev generator's CPU state (the device default if none).
+template <>
+struct Converted<std::optional<at::Generator>> {
+  Converted(CpuRedispatch& call, std::optional<at::Generator> generator)
+      : cpu(call.generator(generator)) {}
+  std::optional<at::Generator> get() {
+    return cpu;
+  }
+  at::Generator cpu;
+};
+
+template <>
+struct Converted<std::optional<c10::Device>> {
+  Converted(CpuRedispatch& /*call*/, std::optional<c10::Device> device)
+      : cpu(device.has_value() && device->type() == kDeviceType ? c10::Device(c10::kCPU) : device) {}
+  std::optional<c10::Device> get() {
+    return cpu;
+  }
+  std::optional<c10::Device> cpu;
+};
+
+// A result as the caller receives it.
+template <class Result>
+struct Returned {
+  static Result convert(CpuRedispatch& /*call*/, Result result) {
+    return result;
+  }
+};
+
+template <>
+struct Returned<at::Tensor> {
+  static at::Tensor convert(CpuRedispatch& call, const at::Tensor& result) {
+    return call.to_device(result);
+  }
+};
+
+inline const at::Tensor& original_of(CpuRedispatch& call, const at::Tensor& result) {
+  const at::Tensor* original = call.written_original(result);
+  TORCH_INTERNAL_ASSERT(original != nullptr, "a vdev CPU kernel returned a tensor it does not write");
+  return *original;
+}
+
+template <>
+struct Returned<at::Tensor&> {
+  static at::Tensor& convert(CpuRedispatch& call, const at::Tensor& result) {
+    // The original was passed as a mutable reference: giving it back as one is sound.
+    return const_cast<at::Tensor&>(original_of(call, result));
+  }
+};
+
+template <>
+struct Returned<const at::Tensor&> {
+  static const at::Tensor& convert(CpuRedispatch& call, const at::Tensor& result) {
+    return original_of(call, result);
+  }
+};
+
+template <>
+struct Returned<std::vector<at::Tensor>> {
+  static std::vector<at::Tensor> convert(CpuRedispatch& call, std::vector<at::Tensor> results) {
+    for (at::Tensor& result : results) {
+      result = call.to_device(result);
+    }
+    return results;
+  }
+};
+
+template <class... Results>
+struct Returned<std::tuple<Results...>> {
+  static std::tuple<Results...> convert(CpuRedispatch& call, std::tuple<Results...> results) {
+    return std::apply(
+        [&call](auto&&... result) {
+          return std::tuple<Results...>(
+              Returned<Results>::convert(call, std::forward<decltype(result)>(result))...);
+        },
+        std::move(results));
+  }
+};
+
+} // namespace cpu_kernel
+
+// CpuOp is the op whose CPU kernel runs: Op itself, or one with the same signature
+// (convolution for convolution_overrideable).
+template <class Op, class CpuOp = Op, class Schema = typename Op::schema>
+struct CpuKernel;
+
+template <class Op, class CpuOp, class Result, class... Args>
+struct CpuKernel<Op, CpuOp, Result(Args...)> {
+  static_assert(std::is_same_v<typename Op::schema, typename CpuOp::schema>);
+
+  static Result call(Args... args) {
+    lazy_init();
+    CpuRedispatch call(Op::name);
+    (cpu_kernel::note(call, args), ...);
+    const c10::DeviceIndex device = call.device();
+    std::tuple<cpu_kernel::Converted<Args>...> converted{
+        cpu_kernel::Converted<Args>(call, std::forward<Args>(args))...};
+    auto run_cpu_kernel = [&]() -> Result {
+      CpuRedispatch::Scope scope(device);
+      return std::apply(
+          [](auto&... argument) -> Result {
+            return CpuOp::redispatch(c10::DispatchKeySet(c10::DispatchKey::CPU), argument.get()...);
+          },
+          converted);
+    };
+    if constexpr (std::is_void_v<Result>) {
+      run_cpu_kernel();
+      call.update_written();
+    } else {
+      Result result = run_cpu_kernel();
+      call.update_written();
+      return cpu_kernel::Returned<Result>::convert(call, result);
+    }
+  }
+};
+
+// Registers CpuKernel<Op> as the vdev kernel of each Op.
+template <class... Ops>
+void register_cpu_kernels(torch::Library& library) {
+  auto register_one = [&library](const char* name, const char* overload, auto kernel) {
+    std::string full_name = name;
+    if (overload[0] != '\0') {
+      full_name += std::string(".") + overload;
+    }
+    library.impl(full_name.c_str() + full_name.find("::") + 2, kernel);
+  };
+  (register_one(Ops::name, Ops::overload_name, TORCH_FN(CpuKernel<Ops>::call)), ...);
+}
+
+} // namespace vdev

@@ -1,0 +1,124 @@
+#include "aten/CpuRedispatch.h"
+
+#include "runtime/Allocator.h"
+#include "runtime/Device.h"
+#include "runtime/Generator.h"
+
+#include <ATen/ops/empty_strided.h>
+
+namespace vdev {
+
+void CpuRedispatch::note_tensor(const at::Tensor& tensor, bool cpu_allowed) {
+  if (!tensor.defined()) {
+    return;
+  }
+  if (is_vdev(tensor)) {
+    const c10::DeviceIndex index = tensor.device().index();
+    TORCH_CHECK(
+        device_ < 0 || device_ == index,
+        "Expected all tensors to be on the same device, but found at least two devices, ",
+        make_device(device_), " and ", tensor.device(), "! (in ", op_name_, ")");
+    device_ = index;
+  } else if (!cpu_allowed && tensor.device().is_cpu() && tensor.dim() > 0) {
+    saw_cpu_tensor_ = true;
+  }
+}
+
+void CpuRedispatch::note_device(const std::optional<c10::Device>& device) {
+  if (device.has_value() && device->type() == kDeviceType && device_ < 0) {
+    device_ = resolve_device_index(device->index());
+  }
+}
+
+c10::DeviceIndex CpuRedispatch::device() {
+  if (device_ < 0) {
+    device_ = current_device();
+  }
+  TORCH_CHECK(
+      !saw_cpu_tensor_,
+      "Expected all tensors to be on the same device, but found at least two devices, ",
+      make_device(device_), " and cpu! (in ", op_name_, ")");
+  return device_;
+}
+
+at::Tensor CpuRedispatch::alias(const at::Tensor& tensor) {
+  if (!is_vdev(tensor)) {
+    return tensor;
+  }
+  at::Tensor cpu = cpu_alias(tensor);
+  storages_.emplace_back(cpu.storage().unsafeGetStorageImpl(), tensor.storage());
+  return cpu;
+}
+
+at::Tensor CpuRedispatch::alias_written(const at::Tensor& tensor) {
+  at::Tensor cpu = alias(tensor);
+  if (is_vdev(tensor)) {
+    written_.push_back(Written{&tensor, cpu, cpu.storage().data()});
+  }
+  return cpu;
+}
+
+at::Generator CpuRedispatch::generator(const std::optional<at::Generator>& generator) {
+  return cpu_generator_for(generator, device());
+}
+
+// A kernel may resize a written argument: its alias then holds new device memory
+// (allocated through the alias storage's allocator) and new geometry.
+void CpuRedispatch::update_written() {
+  for (Written& written : written_) {
+    c10::StorageImpl* cpu_storage = written.cpu.storage().unsafeGetStorageImpl();
+    c10::TensorImpl* original = written.original->unsafeGetTensorImpl();
+    if (cpu_storage->data() != written.original_data) {
+      c10::DataPtr data = cpu_storage->set_data_ptr(c10::DataPtr());
+      adopt_device_memory(data, device_);
+      c10::StorageImpl* device_storage = original->storage().unsafeGetStorageImpl();
+      device_storage->set_data_ptr_noswap(std::move(data));
+      device_storage->set_nbytes(cpu_storage->nbytes());
+    }
+    if (written.cpu.sizes() != original->sizes() ||
+        written.cpu.strides() != original->strides() ||
+        written.cpu.storage_offset() != original->storage_offset()) {
+      original->set_sizes_and_strides(
+          written.cpu.sizes(), written.cpu.strides(), written.cpu.storage_offset());
+    }
+  }
+}
+
+const at::Tensor* CpuRedispatch::written_original(const at::Tensor& cpu_result) const {
+  for (const Written& written : written_) {
+    if (written.cpu.unsafeGetTensorImpl() == cpu_result.unsafeGetTensorImpl()) {
+      return written.original;
+    }
+  }
+  return nullptr;
+}
+
+at::Tensor CpuRedispatch::to_device(const at::Tensor& cpu) {
+  if (!cpu.defined() || !cpu.device().is_cpu()) {
+    return cpu;
+  }
+  c10::StorageImpl* storage = cpu.storage().unsafeGetStorageImpl();
+  for (const auto& [cpu_storage, device_storage] : storages_) {
+    if (cpu_storage == storage) {
+      return view_of_storage(device_storage, cpu, cpu.sizes(), cpu.strides(), cpu.storage_offset());
+    }
+  }
+  if (owns_device_memory(storage->data_ptr())) {
+    c10::DataPtr data = storage->set_data_ptr(c10::DataPtr());
+    adopt_device_memory(data, device_);
+    c10::Storage device_storage(c10::make_intrusive<c10::StorageImpl>(
+        c10::StorageImpl::use_byte_size_t(), storage->nbytes(), std::move(data),
+        &caching_allocator(), /*resizable=*/true));
+    // Other results may view the same fresh storage.
+    storages_.emplace_back(storage, device_storage);
+    return view_of_storage(device_storage, cpu, cpu.sizes(), cpu.strides(), cpu.storage_offset());
+  }
+  // Memory the kernel did not allocate through the CPU allocator (a constant, a
+  // CPU argument returned as is): the one case that needs a copy.
+  at::Tensor result =
+      at::empty_strided(cpu.sizes(), cpu.strides(), cpu.options().device(make_device(device_)));
+  cpu_alias(result).copy_(cpu);
+  return result;
+}
+
+} // namespace vdev

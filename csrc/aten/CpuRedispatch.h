@@ -1,0 +1,74 @@
+#pragma once
+
+#include "aten/Tensor.h"
+#include "runtime/Allocator.h"
+
+#include <ATen/core/Generator.h>
+#include <c10/core/DeviceGuard.h>
+#include <ATen/core/LegacyTypeDispatch.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <c10/util/SmallVector.h>
+
+#include <optional>
+
+namespace vdev {
+
+// The state of one op call that runs ATen's CPU kernel for vdev tensors. Device
+// memory is host RAM, so nothing is copied:
+//  - arguments become CPU aliases of device memory (alias, alias_written);
+//  - while the kernel runs (Scope), the thread's CPU allocations come from the
+//    device's allocator, so fresh outputs already live in device memory;
+//  - results become vdev tensors (to_device): views of an argument's storage, fresh
+//    device memory adopted as is, or - for memory the kernel did not allocate - a copy;
+//  - written arguments take over what the kernel did to their aliases (update_written).
+// Used by the boxed fallback and by the unboxed native kernels (CpuKernel.h).
+class CpuRedispatch {
+ public:
+  explicit CpuRedispatch(const char* op_name) : op_name_(op_name) {}
+
+  // Device discovery: every vdev tensor must be on one device; CPU tensors with
+  // dimensions are rejected (0-dim CPU scalars and CPU index lists are allowed).
+  void note_tensor(const at::Tensor& tensor, bool cpu_allowed = false);
+  void note_device(const std::optional<c10::Device>& device);
+  // The device the op runs on (the current device if nothing named one).
+  c10::DeviceIndex device();
+
+  at::Tensor alias(const at::Tensor& tensor);
+  at::Tensor alias_written(const at::Tensor& tensor);
+  // The CPU generator for a vdev generator (or the device's default for none).
+  at::Generator generator(const std::optional<at::Generator>& generator);
+
+  void update_written();
+  // The original vdev tensor whose alias the kernel returned (in-place, out=), if any.
+  const at::Tensor* written_original(const at::Tensor& cpu_result) const;
+  at::Tensor to_device(const at::Tensor& cpu);
+
+  // Everything that must hold while the CPU kernel runs.
+  class Scope {
+   public:
+    explicit Scope(c10::DeviceIndex device)
+        : device_guard_(make_device(device)), route_(device) {}
+
+   private:
+    c10::DeviceGuard device_guard_;
+    // The op's autograd was handled above this kernel; what the CPU kernel calls
+    // internally must not be recorded again.
+    at::AutoDispatchBelowADInplaceOrView below_autograd_;
+    RouteCpuAllocationsTo route_;
+  };
+
+ private:
+  struct Written {
+    const at::Tensor* original;
+    at::Tensor cpu;
+    const void* original_data;
+  };
+
+  const char* op_name_;
+  c10::DeviceIndex device_ = -1;
+  bool saw_cpu_tensor_ = false;
+  c10::SmallVector<std::pair<c10::StorageImpl*, c10::Storage>, 4> storages_;
+  c10::SmallVector<Written, 2> written_;
+};
+
+} // namespace vdev

@@ -1,0 +1,119 @@
+"""Native vdev kernels (ATen's CPU kernels on zero-copy aliases) and the fallback's
+bookkeeping: training steps run without a single fallback call."""
+
+import os
+import sys
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+import torch_vdev
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+from models import TRAINING_STEPS  # noqa: E402
+
+
+@pytest.mark.parametrize("name", sorted(TRAINING_STEPS))
+def test_training_step_needs_no_fallback_and_matches_cpu(name):
+    device_step = TRAINING_STEPS[name]("vdev")
+    cpu_step = TRAINING_STEPS[name]("cpu")
+    device_step()  # first step: optimizer state, lazy modules
+    cpu_step()
+    torch_vdev.reset_fallback_stats()
+    torch.manual_seed(1)
+    device_loss = device_step()
+    torch.manual_seed(1)
+    cpu_loss = cpu_step()
+    assert torch_vdev.fallback_stats() == {}
+    assert_close(device_loss.cpu(), cpu_loss, rtol=1e-4, atol=1e-5)
+
+
+def test_fallback_stats_count_calls_per_op():
+    torch_vdev.reset_fallback_stats()
+    tensor = torch.randn(10, device="vdev")
+    for _ in range(3):
+        torch.special.i0e(tensor)
+    torch.special.erfcx(tensor)
+    stats = torch_vdev.fallback_stats()
+    assert stats == {"aten::special_i0e.out": 3, "aten::special_erfcx.out": 1}
+    torch_vdev.reset_fallback_stats()
+    assert torch_vdev.fallback_stats() == {}
+
+
+def test_native_kernel_results_are_device_tensors_without_copies():
+    a_cpu, b_cpu = torch.randn(32, 16), torch.randn(16, 8)
+    a, b = a_cpu.to("vdev:1"), b_cpu.to("vdev:1")
+    before = torch.vdev.memory_allocated(1)
+    product = a @ b
+    assert product.device == torch.device("vdev:1") and torch_vdev._C.is_vdev_tensor_impl(product)
+    assert torch.vdev.memory_allocated(1) >= before + product.nbytes
+    assert_close(product.cpu(), a_cpu @ b_cpu)
+    out = torch.empty(0, device="vdev:1")
+    assert torch.mm(a, b, out=out) is out
+    assert_close(out.cpu(), a_cpu @ b_cpu)
+    in_place = a.clone()
+    assert in_place.mul_(2) is in_place
+    assert_close(in_place.cpu(), a_cpu * 2)
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        lambda x, y: x + y,
+        lambda x, y: torch.where(x > 0, x, y),
+        lambda x, y: torch.maximum(x, y).sum(1),
+        lambda x, y: torch.cat([x, y], 0).amax(0),
+        lambda x, y: torch.stack([x, y]).var(0),
+        lambda x, y: x.softmax(1) * y.log_softmax(0),
+        lambda x, y: torch.nn.functional.layer_norm(x, (x.shape[-1],)),
+        lambda x, y: x.max(dim=1).values + x.min(dim=1).indices,
+        lambda x, y: x.gather(1, y.argsort(1)),
+        lambda x, y: x.index_select(0, torch.tensor([2, 0], device=x.device)),
+    ],
+)
+def test_native_ops_match_cpu(op):
+    x_cpu, y_cpu = torch.randn(4, 6), torch.randn(4, 6)
+    assert_close(op(x_cpu.to("vdev"), y_cpu.to("vdev")).cpu(), op(x_cpu, y_cpu))
+
+
+def test_native_kernels_reject_mixed_devices():
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device.*vdev:0 and vdev:1"):
+        torch.ones(2, device="vdev:0") + torch.ones(2, device="vdev:1")
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device.*vdev:0 and cpu"):
+        torch.mm(torch.ones(2, 2, device="vdev"), torch.ones(2, 2))
+
+
+def test_convolution_forward_and_backward_match_cpu():
+    torch.manual_seed(0)
+    conv_cpu = torch.nn.Conv2d(3, 4, 3, padding=1, groups=1)
+    conv = torch.nn.Conv2d(3, 4, 3, padding=1).to("vdev")
+    conv.load_state_dict(conv_cpu.state_dict())
+    inputs = torch.randn(2, 3, 8, 8)
+    outputs = [conv(inputs.to("vdev")), conv_cpu(inputs)]
+    for output in outputs:
+        output.square().sum().backward()
+    assert_close(outputs[0].cpu(), outputs[1])
+    assert_close(conv.weight.grad.cpu(), conv_cpu.weight.grad)
+    assert_close(conv.bias.grad.cpu(), conv_cpu.bias.grad)
+
+
+@pytest.mark.parametrize("mode", ["warn", "error", "bogus"])
+def test_fallback_modes(run_in_subprocess, mode):
+    result = run_in_subprocess(
+        "import torch, torch_vdev, warnings\n"
+        "warnings.simplefilter('always')\n"
+        "x = torch.randn(3, device='vdev')\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    torch.special.i0e(x); torch.special.i0e(x)\n"
+        "print('warnings', sum('has no vdev kernel' in str(w.message) for w in caught))\n",
+        env={"VDEV_FALLBACK": mode},
+    )
+    if mode == "warn":
+        assert result.returncode == 0, result.stderr
+        assert "warnings 1" in result.stdout  # once per op
+    elif mode == "error":
+        assert result.returncode != 0
+        assert "aten::special_i0e.out has no vdev kernel and VDEV_FALLBACK=error" in result.stderr
+    else:
+        assert "VDEV_FALLBACK='bogus' is not one of silent, warn, error" in result.stderr
