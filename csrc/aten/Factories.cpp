@@ -1,6 +1,7 @@
 // Tensor creation, copies between devices, and reading scalars back to the host.
 #include "aten/Tensor.h"
 #include "runtime/Device.h"
+#include "runtime/Stream.h"
 
 #include <ATen/EmptyTensor.h>
 #include <ATen/native/Resize.h>
@@ -57,6 +58,7 @@ at::Tensor empty_strided(
 
 // copy_ lands here when either side is a vdev tensor: both sides are host memory,
 // so ATen's CPU copy (dtype conversion, broadcasting, any strides) runs on aliases.
+// It runs now even with non_blocking=True, which is therefore always safe.
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   lazy_init();
   for (const at::Tensor* tensor : {&self, &dst}) {
@@ -65,6 +67,12 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
         " and ", dst.device(), " is not supported by ", kBackendName);
   }
   as_cpu(dst).copy_(as_cpu(self), non_blocking);
+  if (!non_blocking && is_vdev(self) != is_vdev(dst)) {
+    // As with CUDA, a blocking copy between host and device synchronizes the host
+    // with the device's current stream.
+    const at::Tensor& device_side = is_vdev(dst) ? dst : self;
+    observe_stream(current_stream(device_side.device().index()));
+  }
   return dst;
 }
 
@@ -73,12 +81,16 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
   return copy_from(self, dst, /*non_blocking=*/false);
 }
 
+// Reading a value synchronizes the host with the device's current stream, as with CUDA.
 c10::Scalar local_scalar_dense(const at::Tensor& self) {
   lazy_init();
-  return at::_local_scalar_dense(cpu_alias(self));
+  c10::Scalar value = at::_local_scalar_dense(cpu_alias(self));
+  observe_stream(current_stream(self.device().index()));
+  return value;
 }
 
 at::Tensor& fill_scalar(at::Tensor& self, const c10::Scalar& value) {
+  lazy_init();
   cpu_alias(self).fill_(value);
   return self;
 }

@@ -1,19 +1,55 @@
 // torch_vdev._C: the Python face of libtorch_vdev. Loading it loads the backend
 // library, whose static initialisers register everything with PyTorch.
+#include "aten/BackendMeta.h"
 #include "aten/Fallback.h"
 #include "aten/Tensor.h"
 #include "runtime/Allocator.h"
 #include "runtime/Device.h"
 #include "runtime/Generator.h"
+#include "runtime/HostAllocator.h"
+#include "runtime/Stream.h"
 
-#include <torch/csrc/Generator.h>
+#include <torch/csrc/Event.h>
+#include <torch/csrc/Exceptions.h>
 #include <pybind11/stl.h>
+#include <torch/csrc/Generator.h>
+#include <torch/csrc/utils/device_lazy_init.h>
 #include <torch/csrc/utils/pybind.h>
 
 namespace py = pybind11;
 
+namespace {
+
+c10::DeviceIndex to_index(int index) {
+  return static_cast<c10::DeviceIndex>(index);
+}
+
+py::dict host_memory_stats() {
+  const at::HostStats stats = vdev::pinned_host_allocator()->get_stats();
+  py::dict result;
+  auto add = [&result](const std::string& name, const c10::CachingAllocator::Stat& stat) {
+    result[py::str(name + ".current")] = stat.current;
+    result[py::str(name + ".peak")] = stat.peak;
+    result[py::str(name + ".allocated")] = stat.allocated;
+    result[py::str(name + ".freed")] = stat.freed;
+  };
+  add("allocations", stats.allocations);
+  add("allocated_bytes", stats.allocated_bytes);
+  add("active_requests", stats.active_requests);
+  add("active_bytes", stats.active_bytes);
+  result["num_host_alloc"] = stats.num_host_alloc;
+  result["num_host_free"] = stats.num_host_free;
+  return result;
+}
+
+} // namespace
+
 PYBIND11_MODULE(_C, m) {
   m.doc() = "Native core of the vdev PyTorch backend";
+  // c10 errors become the Python exceptions torch raises for them (RuntimeError,
+  // ValueError, TypeError, torch.OutOfMemoryError...), without C++ backtraces.
+  py::register_local_exception_translator(
+      [](std::exception_ptr error) { torch::translate_exception_to_python(error); });
   m.attr("backend_name") = vdev::kBackendName;
 #ifdef NDEBUG
   m.attr("build_type") = "Release";
@@ -21,21 +57,35 @@ PYBIND11_MODULE(_C, m) {
   m.attr("build_type") = "Debug";
 #endif
 
-  m.def("init", [] { vdev::lazy_init(); });
+  m.def("init", [] {
+    // A forked child must also reset torch's "vdev is initialised" cache, or tensor
+    // creation from Python would skip torch.vdev._lazy_init and its error.
+    torch::utils::register_fork_handler_for_device_init(vdev::kDeviceType);
+    vdev::lazy_init();
+  });
   m.def("is_initialized", [] { return vdev::is_initialized(); });
   m.def("is_in_bad_fork", [] { return vdev::is_in_bad_fork(); });
   m.def("device_count", [] { return static_cast<int>(vdev::device_count()); });
-  m.def("current_device", [] { return static_cast<int>(vdev::current_device()); });
-  m.def("set_device", [](int index) { vdev::set_device(static_cast<c10::DeviceIndex>(index)); });
+  // Functions that use the device runtime initialise it first (vdev::lazy_init), so
+  // that, as with CUDA, they raise in a process forked after the parent initialised vdev.
+  m.def("current_device", [] {
+    vdev::lazy_init();
+    return static_cast<int>(vdev::current_device());
+  });
+  m.def("set_device", [](int index) {
+    vdev::lazy_init();
+    vdev::set_device(to_index(index));
+  });
   m.def("exchange_device", [](int index) {
-    return static_cast<int>(vdev::exchange_device(static_cast<c10::DeviceIndex>(index)));
+    vdev::lazy_init();
+    return static_cast<int>(vdev::exchange_device(to_index(index)));
   });
-  m.def("check_device_index", [](int index) {
-    vdev::check_device_index(static_cast<c10::DeviceIndex>(index));
+  m.def("check_device_index", [](int index) { vdev::check_device_index(to_index(index)); });
+  m.def("synchronize", [](int index) {
+    vdev::lazy_init();
+    vdev::observe_device(to_index(index));
   });
-  m.def("memory_capacity", [](int index) {
-    return vdev::memory_capacity(static_cast<c10::DeviceIndex>(index));
-  });
+  m.def("memory_capacity", [](int index) { return vdev::memory_capacity(to_index(index)); });
   m.def("default_generators", [] {
     py::tuple generators(vdev::device_count());
     for (c10::DeviceIndex index = 0; index < vdev::device_count(); ++index) {
@@ -46,6 +96,41 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("fallback_stats", [] { return vdev::fallback_stats(); });
   m.def("reset_fallback_stats", [] { vdev::reset_fallback_stats(); });
+
+  m.def("current_stream", [](int index) {
+    vdev::lazy_init();
+    return vdev::current_stream(to_index(index));
+  });
+  m.def("default_stream", [](int index) {
+    vdev::lazy_init();
+    return vdev::default_stream(to_index(index));
+  });
+  // As torch.cuda.set_stream: the stream's device becomes the current device too.
+  m.def("set_stream", [](c10::Stream stream) {
+    vdev::lazy_init();
+    vdev::check_stream(stream);
+    vdev::set_device(stream.device_index());
+    vdev::exchange_stream(stream);
+  });
+  // torch.Event.elapsed_time accepts exact torch.Event objects only, not subclasses.
+  m.def("elapsed_time", [](py::handle start, py::handle end) {
+    TORCH_CHECK_TYPE(
+        THPEvent_Check(start.ptr()) && THPEvent_Check(end.ptr()),
+        "elapsed_time expects two torch.Event objects");
+    const c10::Event& first = reinterpret_cast<THPEvent*>(start.ptr())->event;
+    const c10::Event& second = reinterpret_cast<THPEvent*>(end.ptr())->event;
+    TORCH_CHECK(
+        first.device_type() == vdev::kDeviceType && second.device_type() == vdev::kDeviceType,
+        "elapsed_time expects two ", vdev::kBackendName, " events");
+    return first.elapsedTime(second);
+  });
+  m.def("stream_priority", [](c10::Stream stream) { return vdev::stream_priority(stream); });
+  m.attr("stream_priority_range") =
+      py::make_tuple(vdev::kLowestStreamPriority, vdev::kHighestStreamPriority);
+
+  m.def("host_memory_stats", &host_memory_stats);
+  m.def("backend_meta", &vdev::backend_flags);
+  m.def("set_backend_meta", &vdev::set_backend_flags);
   m.def("is_vdev_tensor_impl", [](const at::Tensor& tensor) {
     return dynamic_cast<vdev::TensorImpl*>(tensor.unsafeGetTensorImpl()) != nullptr;
   });

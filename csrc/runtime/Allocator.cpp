@@ -1,14 +1,17 @@
 #include "runtime/Allocator.h"
 
 #include "runtime/Device.h"
+#include "runtime/Stream.h"
 
 #include <c10/core/CPUAllocator.h>
 #include <c10/util/Exception.h>
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -45,7 +48,14 @@ struct Block {
   size_t size;
   size_t requested;
   c10::DeviceIndex device;
+  // The stream current when the block was allocated: its later work is ordered after
+  // the block's frees, so it alone may reuse the block at once (as with CUDA).
+  c10::StreamId stream;
   bool in_use;
+  // Other streams that used the block (Tensor.record_stream).
+  std::vector<c10::Stream> recorded_streams;
+  // After the free: how many of them have yet to pass the point of the free.
+  size_t streams_to_pass = 0;
 };
 
 void update(StatArray& stats, bool small, int64_t delta) {
@@ -97,7 +107,12 @@ size_t read_capacity() {
 void free_device_block(void* ptr);
 
 struct DevicePool {
-  std::multimap<size_t, void*> cached;  // block size -> free block
+  // allocation stream -> block size -> free block
+  std::unordered_map<c10::StreamId, std::multimap<size_t, void*>> cached;
+  // Freed blocks that recorded streams may still use, queued per stream by the point
+  // marked in that stream when the block was freed (points increase along a queue).
+  // A block is reusable once the host has observed each of its streams past its point.
+  std::unordered_map<c10::Stream, std::deque<std::pair<uint64_t, void*>>> pending;
   DeviceStats stats;
 };
 
@@ -113,13 +128,15 @@ class Pools {
     }
     const size_t size = round_block_size(nbytes);
     const bool small = size < kSmallPoolLimit;
+    const c10::StreamId stream = current_stream(device).id();
     std::lock_guard<std::mutex> lock(mutex_);
     DevicePool& pool = devices_[device];
-    void* ptr = take_cached(pool, size);
+    reclaim_pending(pool, /*all=*/false);
+    void* ptr = take_cached(pool, stream, size);
     if (ptr == nullptr) {
       ptr = allocate_segment(device, pool, size, nbytes);
     }
-    blocks_[ptr] = Block{size, nbytes, device, true};
+    blocks_[ptr] = Block{size, nbytes, device, stream, true, {}};
     update(pool.stats.allocation, small, 1);
     update(pool.stats.active, small, 1);
     update(pool.stats.allocated_bytes, small, static_cast<int64_t>(size));
@@ -128,6 +145,9 @@ class Pools {
     return c10::DataPtr(ptr, ptr, &free_device_block, reported);
   }
 
+  // A block freed with recorded streams stays active (not allocated, not reusable)
+  // until those streams pass the point of the free, as CUDA's does until its events
+  // complete.
   void release(void* ptr) {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = blocks_.find(ptr);
@@ -136,12 +156,35 @@ class Pools {
     DevicePool& pool = devices_[block.device];
     const bool small = block.size < kSmallPoolLimit;
     update(pool.stats.allocation, small, -1);
-    update(pool.stats.active, small, -1);
     update(pool.stats.allocated_bytes, small, -static_cast<int64_t>(block.size));
-    update(pool.stats.active_bytes, small, -static_cast<int64_t>(block.size));
     update(pool.stats.requested_bytes, small, -static_cast<int64_t>(block.requested));
     block.in_use = false;
-    pool.cached.emplace(block.size, ptr);
+    if (block.recorded_streams.empty()) {
+      cache_block(pool, ptr, block);
+      return;
+    }
+    for (const c10::Stream& stream : block.recorded_streams) {
+      pool.pending[stream].emplace_back(mark_stream_point(stream), ptr);
+    }
+    block.streams_to_pass = block.recorded_streams.size();
+    block.recorded_streams.clear();
+  }
+
+  void record_stream(void* ptr, c10::Stream stream) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = blocks_.find(ptr);
+    TORCH_CHECK(
+        it != blocks_.end() && it->second.in_use,
+        "record_stream: the tensor's memory is not a live block of ", kBackendName,
+        "'s allocator");
+    Block& block = it->second;
+    if (stream.device_index() == block.device && stream.id() == block.stream) {
+      return;
+    }
+    auto& recorded = block.recorded_streams;
+    if (std::find(recorded.begin(), recorded.end(), stream) == recorded.end()) {
+      recorded.push_back(stream);
+    }
   }
 
   bool owns(const void* ptr) {
@@ -156,9 +199,12 @@ class Pools {
     return it->second.device;
   }
 
+  // Like CUDA's, emptying the cache first waits for the streams of freed blocks, which
+  // for vdev have done their work already.
   void empty_cache() {
     std::lock_guard<std::mutex> lock(mutex_);
     for (auto& pool : devices_) {
+      reclaim_pending(pool, /*all=*/true);
       release_cached(pool);
     }
   }
@@ -208,14 +254,45 @@ class Pools {
   }
 
  private:
-  static void* take_cached(DevicePool& pool, size_t size) {
-    auto it = pool.cached.find(size);
-    if (it == pool.cached.end()) {
+  static void* take_cached(DevicePool& pool, c10::StreamId stream, size_t size) {
+    auto blocks = pool.cached.find(stream);
+    if (blocks == pool.cached.end()) {
+      return nullptr;
+    }
+    auto it = blocks->second.find(size);
+    if (it == blocks->second.end()) {
       return nullptr;
     }
     void* ptr = it->second;
-    pool.cached.erase(it);
+    blocks->second.erase(it);
+    if (blocks->second.empty()) {
+      pool.cached.erase(blocks);
+    }
     return ptr;
+  }
+
+  static void cache_block(DevicePool& pool, void* ptr, const Block& block) {
+    const bool small = block.size < kSmallPoolLimit;
+    update(pool.stats.active, small, -1);
+    update(pool.stats.active_bytes, small, -static_cast<int64_t>(block.size));
+    pool.cached[block.stream].emplace(block.size, ptr);
+  }
+
+  // Moves pending blocks whose streams all passed their points (or, with `all`, every
+  // pending block) to the cache of their allocation stream.
+  void reclaim_pending(DevicePool& pool, bool all) {
+    for (auto it = pool.pending.begin(); it != pool.pending.end();) {
+      auto& [stream, queue] = *it;
+      while (!queue.empty() && (all || stream_passed(stream, queue.front().first))) {
+        void* ptr = queue.front().second;
+        queue.pop_front();
+        Block& block = blocks_.at(ptr);
+        if (--block.streams_to_pass == 0) {
+          cache_block(pool, ptr, block);
+        }
+      }
+      it = queue.empty() ? pool.pending.erase(it) : std::next(it);
+    }
   }
 
   void* allocate_segment(c10::DeviceIndex device, DevicePool& pool, size_t size, size_t requested) {
@@ -223,8 +300,10 @@ class Pools {
       return static_cast<size_t>(
           pool.stats.reserved_bytes[static_cast<size_t>(StatType::AGGREGATE)].current);
     };
-    if (reserved_bytes() + size > capacity_ && !pool.cached.empty()) {
+    if (reserved_bytes() + size > capacity_ && (!pool.cached.empty() || !pool.pending.empty())) {
+      // As CUDA's allocator, wait for the streams of freed blocks and free the cache.
       pool.stats.num_alloc_retries += 1;
+      reclaim_pending(pool, /*all=*/true);
       release_cached(pool);
     }
     void* ptr = reserved_bytes() + size > capacity_ ? nullptr : std::aligned_alloc(kAlignment, size);
@@ -249,12 +328,14 @@ class Pools {
   }
 
   void release_cached(DevicePool& pool) {
-    for (auto& [size, ptr] : pool.cached) {
-      blocks_.erase(ptr);
-      std::free(ptr);
-      update(pool.stats.segment, size < kSmallPoolLimit, -1);
-      update(pool.stats.reserved_bytes, size < kSmallPoolLimit, -static_cast<int64_t>(size));
-      pool.stats.num_device_free += 1;
+    for (auto& [stream, blocks] : pool.cached) {
+      for (auto& [size, ptr] : blocks) {
+        blocks_.erase(ptr);
+        std::free(ptr);
+        update(pool.stats.segment, size < kSmallPoolLimit, -1);
+        update(pool.stats.reserved_bytes, size < kSmallPoolLimit, -static_cast<int64_t>(size));
+        pool.stats.num_device_free += 1;
+      }
     }
     pool.cached.clear();
   }
@@ -364,7 +445,17 @@ void CachingAllocator::emptyCache(c10::MempoolId_t /*mempool_id*/) {
   pools().empty_cache();
 }
 
-void CachingAllocator::recordStream(const c10::DataPtr& /*ptr*/, c10::Stream /*stream*/) {}
+void CachingAllocator::recordStream(const c10::DataPtr& ptr, c10::Stream stream) {
+  if (ptr.get() == nullptr) {
+    return;  // empty tensors own no block
+  }
+  lazy_init();
+  TORCH_CHECK(
+      owns_device_memory(ptr), "record_stream: the tensor's memory does not come from ",
+      kBackendName, "'s allocator");
+  check_stream(stream);
+  pools().record_stream(ptr.get(), stream);
+}
 
 DeviceStats CachingAllocator::getDeviceStats(c10::DeviceIndex device) {
   return pools().stats(device);

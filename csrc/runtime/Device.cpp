@@ -61,7 +61,7 @@ void lazy_init() {
 }
 
 bool is_initialized() {
-  return initialized;
+  return initialized && !in_bad_fork;
 }
 
 bool is_in_bad_fork() {

@@ -16,8 +16,9 @@ VDEV_API void set_device(c10::DeviceIndex index);
 // Sets the device and returns the previous one.
 VDEV_API c10::DeviceIndex exchange_device(c10::DeviceIndex index);
 
-// Marks the backend initialised (first allocation, torch.vdev.init()). Like CUDA, a
-// process forked after that cannot use vdev: this throws in such a child.
+// Marks the backend initialised (first allocation, torch.vdev.init(), the device and
+// stream functions of torch.vdev). Like CUDA, a process forked after that cannot use
+// vdev: this throws in such a child, and every kernel touching device memory calls it.
 VDEV_API void lazy_init();
 VDEV_API bool is_initialized();
 VDEV_API bool is_in_bad_fork();

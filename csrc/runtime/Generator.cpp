@@ -67,9 +67,9 @@ at::Generator cpu_generator_for(
     return static_cast<GeneratorImpl*>(default_generator(device).unsafeGetGeneratorImpl())
         ->cpu_generator();
   }
-  if (generator->device().type() != kDeviceType) {
-    return *generator;
-  }
+  TORCH_CHECK(
+      generator->device().type() == kDeviceType, "Expected a '", kBackendName,
+      "' device type for generator but found '", generator->device().type(), "'");
   return static_cast<GeneratorImpl*>(generator->unsafeGetGeneratorImpl())->cpu_generator();
 }
 

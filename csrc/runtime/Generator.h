@@ -36,7 +36,8 @@ VDEV_API const at::Generator& default_generator(c10::DeviceIndex device);
 at::Generator make_generator(c10::DeviceIndex device);
 
 // The CPU generator to hand a CPU kernel for `generator` (a vdev generator, or
-// none: the default generator of `device`).
+// none: the default generator of `device`). Generators of other devices are refused,
+// as CUDA refuses them.
 at::Generator cpu_generator_for(
     const std::optional<at::Generator>& generator, c10::DeviceIndex device);
 

@@ -8,6 +8,8 @@
 namespace vdev {
 namespace {
 
+// Stream and event operations initialise vdev (lazy_init), so that, as with CUDA, they
+// fail in a process forked after the parent initialised it.
 struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
   c10::DeviceType type() const override {
     return kDeviceType;
@@ -42,14 +44,18 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
 
   c10::Stream getStreamFromGlobalPool(c10::Device device, bool is_high_priority) const override {
-    return stream_from_pool(device.index(), is_high_priority ? -1 : 0);
+    lazy_init();
+    return stream_from_pool(
+        device.index(), is_high_priority ? kHighestStreamPriority : kLowestStreamPriority);
   }
 
   c10::Stream getNewStream(c10::Device device, int priority) const override {
+    lazy_init();
     return stream_from_pool(device.index(), priority);
   }
 
   c10::Stream exchangeStream(c10::Stream stream) const override {
+    lazy_init();
     return vdev::exchange_stream(stream);
   }
 
@@ -60,6 +66,7 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
   void record(
       void** event, const c10::Stream& stream, const c10::DeviceIndex device_index,
       const c10::EventFlag flag) const override {
+    lazy_init();
     TORCH_CHECK(
         device_index == -1 || device_index == stream.device_index(),
         "Event device index ", static_cast<int>(device_index),
@@ -68,33 +75,47 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
     record_event(event, stream, flag);
   }
 
-  void block(void* /*event*/, const c10::Stream& /*stream*/) const override {
-    // Recorded work is already complete, so a stream never has to wait.
+  void block(void* /*event*/, const c10::Stream& stream) const override {
+    lazy_init();
+    // The recorded work is complete, so the stream never has to wait.
+    check_stream(stream);
   }
 
   bool queryEvent(void* event) const override {
-    return event_completed(event);
+    lazy_init();
+    observe_event(event);
+    return true;
   }
 
   void destroyEvent(void* event, const c10::DeviceIndex /*device_index*/) const noexcept override {
     destroy_event(event);
   }
 
-  void synchronizeEvent(void* /*event*/) const override {}
+  void synchronizeEvent(void* event) const override {
+    lazy_init();
+    observe_event(event);
+  }
 
   double elapsedTime(void* start, void* end, const c10::DeviceIndex /*device_index*/)
       const override {
+    lazy_init();
     return elapsed_milliseconds(start, end);
   }
 
-  bool queryStream(const c10::Stream& /*stream*/) const override {
+  bool queryStream(const c10::Stream& stream) const override {
+    lazy_init();
+    observe_stream(stream);
     return true;
   }
 
-  void synchronizeStream(const c10::Stream& /*stream*/) const override {}
+  void synchronizeStream(const c10::Stream& stream) const override {
+    lazy_init();
+    observe_stream(stream);
+  }
 
   void synchronizeDevice(const c10::DeviceIndex device_index) const override {
-    check_device_index(device_index);
+    lazy_init();
+    observe_device(resolve_device_index(device_index));
   }
 
   void recordDataPtrOnStream(const c10::DataPtr& data_ptr, const c10::Stream& stream)
@@ -104,8 +125,19 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
 
   c10::DeviceCapability getDeviceCapability(c10::Device device) const override {
     check_device_index(resolve_device_index(device.index()));
-    // Every dtype runs, since kernels are ATen's CPU kernels.
-    return c10::DeviceCapability();
+    // Kernels are ATen's CPU kernels, so a dtype is supported if vdev can allocate it
+    // and copy it to and from the host.
+    c10::DeviceCapability capability;
+    auto& types = capability.capability_data.supported_scalar_types;
+    // Quantized tensors need a quantizer, which vdev's factories do not make.
+    types.has_QInt8 = types.has_QUInt8 = types.has_QInt32 = 0;
+    types.has_QUInt4x2 = types.has_QUInt2x4 = 0;
+    // No copy kernel moves sub-byte integers, on any device.
+    types.has_UInt1 = types.has_UInt2 = types.has_UInt3 = types.has_UInt4 = 0;
+    types.has_UInt5 = types.has_UInt6 = types.has_UInt7 = 0;
+    types.has_Int1 = types.has_Int2 = types.has_Int3 = types.has_Int4 = 0;
+    types.has_Int5 = types.has_Int6 = types.has_Int7 = 0;
+    return capability;
   }
 
  private:

@@ -8,6 +8,7 @@ import torch
 from .. import _C
 from .memory import (
     empty_cache,
+    host_memory_stats,
     max_memory_allocated,
     max_memory_reserved,
     mem_get_info,
@@ -29,11 +30,26 @@ from .random import (
     set_rng_state,
     set_rng_state_all,
 )
+from .streams import (
+    Event,
+    Stream,
+    StreamContext,
+    current_stream,
+    default_stream,
+    set_stream,
+    stream,
+)
 from ._device import _get_device_index
 
 __all__ = [
+    "Event",
+    "Stream",
+    "StreamContext",
+    "backend_meta",
     "current_device",
+    "current_stream",
     "default_generators",
+    "default_stream",
     "device",
     "device_count",
     "device_of",
@@ -43,6 +59,7 @@ __all__ = [
     "get_device_properties",
     "get_rng_state",
     "get_rng_state_all",
+    "host_memory_stats",
     "init",
     "initial_seed",
     "is_available",
@@ -60,9 +77,12 @@ __all__ = [
     "reset_peak_memory_stats",
     "seed",
     "seed_all",
+    "set_backend_meta",
     "set_device",
     "set_rng_state",
     "set_rng_state_all",
+    "set_stream",
+    "stream",
     "synchronize",
 ]
 
@@ -141,14 +161,30 @@ class device_of(device):
 
 
 def synchronize(device: Optional[Any] = None) -> None:
-    """Wait for all work on ``device``. Kernels run synchronously, so this only checks the device."""
-    _C.check_device_index(_get_device_index(device, optional=True))
+    """Wait for all work on every stream of ``device``. Kernels run when submitted, so
+    the work is done already; the host now knows it (see ``Tensor.record_stream``)."""
+    _C.synchronize(_get_device_index(device, optional=True))
 
 
 class _DeviceProperties(NamedTuple):
     name: str
     total_memory: int
     multi_processor_count: int
+
+
+def backend_meta(tensor: torch.Tensor) -> dict:
+    """The flags of a vdev tensor's BackendMeta, the backend-private part of its
+    TensorImpl (empty if none); ``torch.save`` / ``torch.load`` keep them."""
+    return _C.backend_meta(tensor)
+
+
+def set_backend_meta(tensor: torch.Tensor, flags: dict) -> None:
+    """Replace the BackendMeta flags (names to bools) of a vdev tensor; ``{}`` removes them."""
+    if not isinstance(flags, dict) or not all(
+        isinstance(name, str) and isinstance(value, bool) for name, value in flags.items()
+    ):
+        raise TypeError(f"BackendMeta flags must be a dict of str to bool, got {flags!r}")
+    _C.set_backend_meta(tensor, flags)
 
 
 def get_device_name(device: Optional[Any] = None) -> str:

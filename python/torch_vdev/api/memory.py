@@ -5,6 +5,7 @@ from typing import Any, Optional
 
 import torch
 
+from .. import _C
 from ._device import _get_device_index
 
 
@@ -45,3 +46,10 @@ def empty_cache() -> None:
 def mem_get_info(device: Optional[Any] = None) -> tuple:
     """(free bytes, capacity in bytes) of ``device``."""
     return torch.accelerator.get_memory_info(_get_device_index(device, optional=True))
+
+
+def host_memory_stats() -> "OrderedDict[str, Any]":
+    """Statistics of the pinned host memory allocator (keys of ``torch.cuda.host_memory_stats``:
+    ``allocations``, ``allocated_bytes``, ``active_requests``, ``active_bytes`` with
+    ``.current/.peak/.allocated/.freed``, ``num_host_alloc``, ``num_host_free``)."""
+    return OrderedDict(sorted(_C.host_memory_stats().items()))
