@@ -287,4 +287,15 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
 }
 
+// A structured op's functional form has a CompositeExplicitAutogradNonFunctional
+// kernel, which wins over the fallback and calls the out= kernel with an output of
+// the result's shape. mse_loss and smooth_l1_loss build their elementwise step on
+// that (reduced) output and warn that it was resized, once per call in C++; their
+// CPU functional kernels do not.
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  for (const char* op : {"mse_loss", "smooth_l1_loss"}) {
+    m.impl(op, torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
+  }
+}
+
 } // namespace vdev
