@@ -42,7 +42,5 @@ PYBIND11_MODULE(_C, m) {
     }
     return generators;
   });
-  m.def("is_vdev_tensor_impl", [](const at::Tensor& tensor) {
-    return dynamic_cast<vdev::TensorImpl*>(tensor.unsafeGetTensorImpl()) != nullptr;
-  });
+  m.def("is_vdev_tensor_impl", &vdev::has_vdev_tensor_impl);
 }
