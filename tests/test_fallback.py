@@ -1,5 +1,7 @@
 """Ops without a vdev kernel run through the zero-copy CPU fallback."""
 
+import warnings
+
 import pytest
 import torch
 from torch.testing import assert_close
@@ -119,3 +121,20 @@ def test_cpu_kernel_errors_pass_through_and_process_stays_usable():
 def test_index_with_cpu_indices_is_allowed():
     tensor = torch.arange(10.0, device="vdev")
     assert_close(tensor[torch.tensor([1, 3])].cpu(), torch.tensor([1.0, 3.0]))
+
+
+@pytest.mark.parametrize("loss", [torch.nn.functional.mse_loss, torch.nn.functional.smooth_l1_loss])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_losses_match_cpu_without_warnings(loss, reduction):
+    # Through their composite path these ops would warn about resizing a reduced output.
+    inputs, targets = torch.randn(16, 3, requires_grad=True), torch.randn(16, 3)
+    device_inputs = inputs.detach().vdev().requires_grad_()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = loss(device_inputs, targets.vdev(), reduction=reduction)
+        result.sum().backward()
+    expected = loss(inputs, targets, reduction=reduction)
+    expected.sum().backward()
+    assert result.device.type == "vdev"
+    assert_close(result.cpu(), expected)
+    assert_close(device_inputs.grad.cpu(), inputs.grad)

@@ -107,14 +107,49 @@ def test_numpy_via_cpu():
         tensor.numpy()
 
 
-def test_module_methods_move_parameters():
+def test_module_methods_move_parameters_in_place():
+    # As with CUDA, a moved module keeps its Parameter objects, which take the moved data.
     module = torch.nn.Linear(3, 2)
+    weight = module.weight
+    expected = weight.detach().clone()
     module.vdev()
-    assert module.weight.device.type == "vdev" and is_vdev_impl(module.weight)
+    assert module.weight is weight and weight.device == torch.device("vdev:0")
     module.to("vdev:1")
-    assert module.weight.device == torch.device("vdev:1")
+    assert module.weight is weight and weight.device == torch.device("vdev:1")
+    assert_close(weight.detach().cpu(), expected)
     module.cpu()
-    assert module.weight.device.type == "cpu"
+    assert module.weight is weight and weight.device.type == "cpu"
+    assert_close(weight.detach(), expected)
+
+
+def test_parameters_made_on_vdev_stay_vdev_tensor_impls():
+    module = torch.nn.Linear(3, 2, device="vdev")
+    assert is_vdev_impl(module.weight)
+    # A vdev TensorImpl cannot become a CPU tensor: moving replaces the Parameter.
+    with pytest.raises(RuntimeError, match="incompatible tensor type"):
+        module.weight.data = torch.zeros(2, 3)
+    weight = module.weight
+    module.cpu()
+    assert module.weight is not weight and module.weight.device.type == "cpu"
+    assert_close(module.weight.detach(), weight.detach().cpu())
+
+
+def test_optimizer_made_before_moving_trains_the_moved_module():
+    torch.manual_seed(0)
+    module = torch.nn.Linear(3, 1)
+    reference = torch.nn.Linear(3, 1)
+    reference.load_state_dict(module.state_dict())
+    initial = reference.weight.detach().clone()
+    optimizer = torch.optim.SGD(module.parameters(), lr=0.1)
+    reference_optimizer = torch.optim.SGD(reference.parameters(), lr=0.1)
+    module.vdev()
+    inputs = torch.randn(8, 3)
+    for model, opt, x in ((module, optimizer, inputs.vdev()), (reference, reference_optimizer, inputs)):
+        model(x).square().mean().backward()
+        opt.step()
+    assert module.weight.grad.device.type == "vdev"
+    assert_close(module.weight.detach().cpu(), reference.weight.detach())
+    assert not torch.equal(reference.weight.detach(), initial)  # the step did move the weights
 
 
 def test_untyped_storage_is_on_device():

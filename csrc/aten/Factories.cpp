@@ -95,10 +95,19 @@ at::Tensor& fill_scalar(at::Tensor& self, const c10::Scalar& value) {
   return self;
 }
 
-// A tensor may take another's metadata (`param.data = t`) only if both are vdev:
-// otherwise the TensorImpl would no longer be a vdev TensorImpl.
+// Whether `self` may take `from`'s data in place (`self.data = from`), which is how
+// Module.to / torch::nn::Module::to move parameters. As between CPU and CUDA, dense
+// CPU and vdev tensors may, so a moved module keeps its parameters (and the optimizer
+// holding them); C++ modules have no other way to move. A vdev TensorImpl stays vdev.
 bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
-  return is_vdev(self) && is_vdev(from);
+  if (has_vdev_tensor_impl(self)) {
+    return is_vdev(from);
+  }
+  auto dense_cpu_or_vdev = [](const at::Tensor& tensor) {
+    return tensor.key_set().has_any(c10::DispatchKeySet(c10::DispatchKey::Dense)) &&
+        (tensor.is_cpu() || is_vdev(tensor));
+  };
+  return dense_cpu_or_vdev(self) && dense_cpu_or_vdev(from);
 }
 
 } // namespace

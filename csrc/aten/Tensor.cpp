@@ -52,8 +52,8 @@ c10::intrusive_ptr<c10::TensorImpl> TensorImpl::shallow_copy_and_detach(
 
 void TensorImpl::shallow_copy_from(const c10::intrusive_ptr<c10::TensorImpl>& impl) {
   TORCH_CHECK(
-      dynamic_cast<const TensorImpl*>(impl.get()) != nullptr,
-      "Cannot shallow-copy a ", impl->device_type(), " tensor into a ", kBackendName, " tensor");
+      impl->device_type() == kDeviceType, "Cannot shallow-copy a ", impl->device_type(),
+      " tensor into a ", kBackendName, " tensor");
   copy_tensor_metadata(impl.get(), this, version_counter(), allow_tensor_metadata_change());
   refresh_numel();
   refresh_contiguous();

@@ -35,6 +35,12 @@ inline bool is_vdev(const at::Tensor& tensor) {
   return tensor.defined() && tensor.device().type() == kDeviceType;
 }
 
+// Every tensor vdev makes has a vdev TensorImpl; a CPU tensor moved in place
+// (`cpu_tensor.data = vdev_tensor`, see _has_compatible_shallow_copy_type) keeps its own.
+inline bool has_vdev_tensor_impl(const at::Tensor& tensor) {
+  return dynamic_cast<const TensorImpl*>(tensor.unsafeGetTensorImpl()) != nullptr;
+}
+
 // Uninitialised device memory of `device` as a resizable storage.
 c10::Storage new_storage(size_t nbytes, c10::DeviceIndex device);
 

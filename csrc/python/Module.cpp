@@ -131,7 +131,5 @@ PYBIND11_MODULE(_C, m) {
   m.def("host_memory_stats", &host_memory_stats);
   m.def("backend_meta", &vdev::backend_flags);
   m.def("set_backend_meta", &vdev::set_backend_flags);
-  m.def("is_vdev_tensor_impl", [](const at::Tensor& tensor) {
-    return dynamic_cast<vdev::TensorImpl*>(tensor.unsafeGetTensorImpl()) != nullptr;
-  });
+  m.def("is_vdev_tensor_impl", &vdev::has_vdev_tensor_impl);
 }

@@ -99,7 +99,7 @@ c10::DeviceIndex exchange_device(c10::DeviceIndex index) {
 }
 
 c10::DeviceIndex resolve_device_index(c10::DeviceIndex index) {
-  if (index < 0) {
+  if (index == -1) {
     return tls_current_device;
   }
   check_device_index(index);

@@ -1,18 +1,13 @@
 #pragma once
 
-#include <torch_vdev/Backend.h>
+// device_count, current_device and set_device are public (torch_vdev/vdev.h).
+#include <torch_vdev/vdev.h>
 
 namespace vdev {
-
-// Number of vdev devices, fixed for the process by VDEV_DEVICE_COUNT (default 2).
-VDEV_API c10::DeviceIndex device_count() noexcept;
 
 // Throws a c10::Error naming the index and the valid range unless 0 <= index < device_count().
 VDEV_API void check_device_index(c10::DeviceIndex index);
 
-// The current device is per thread, as with CUDA.
-VDEV_API c10::DeviceIndex current_device();
-VDEV_API void set_device(c10::DeviceIndex index);
 // Sets the device and returns the previous one.
 VDEV_API c10::DeviceIndex exchange_device(c10::DeviceIndex index);
 
@@ -23,7 +18,7 @@ VDEV_API void lazy_init();
 VDEV_API bool is_initialized();
 VDEV_API bool is_in_bad_fork();
 
-// Resolves a possibly index-less vdev device (or -1) to a concrete, validated index.
+// Resolves -1 (an index-less vdev device) to the current device and validates any other index.
 c10::DeviceIndex resolve_device_index(c10::DeviceIndex index);
 
 } // namespace vdev

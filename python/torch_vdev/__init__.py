@@ -15,12 +15,18 @@ def _autoload() -> None:
     torch runs the entry point while this module is still initialising."""
 
 
+import os  # noqa: E402
+
 import torch  # noqa: E402
 
 from . import _C  # noqa: E402
 
 BACKEND_NAME: str = _C.backend_name
 __version__ = "0.1.0"
+
+# Where find_package(TorchVdev) finds the C++ package: pass it in CMAKE_PREFIX_PATH
+# (like torch.utils.cmake_prefix_path).
+cmake_prefix_path: str = os.path.join(os.path.dirname(__file__), "share", "cmake")
 
 
 def fallback_stats() -> dict:

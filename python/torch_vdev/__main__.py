@@ -1,4 +1,7 @@
-"""``python -m torch_vdev``: a short diagnostic report of the installed backend."""
+"""``python -m torch_vdev``: a short diagnostic report of the installed backend;
+``--cmake-prefix-path`` prints the CMake prefix of its C++ package instead."""
+
+import argparse
 
 import torch
 
@@ -20,8 +23,20 @@ def report() -> str:
             f"allocated {torch.vdev.memory_allocated(index)} bytes"
         )
     lines.append(f"build type: {_C.build_type}")
+    lines.append(f"CMake prefix path (C++ apps): {torch_vdev.cmake_prefix_path}")
     return "\n".join(lines)
 
 
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m torch_vdev", description=__doc__)
+    parser.add_argument(
+        "--cmake-prefix-path",
+        action="store_true",
+        help="print the CMAKE_PREFIX_PATH entry for find_package(TorchVdev) and exit",
+    )
+    args = parser.parse_args()
+    print(torch_vdev.cmake_prefix_path if args.cmake_prefix_path else report())
+
+
 if __name__ == "__main__":
-    print(report())
+    main()
