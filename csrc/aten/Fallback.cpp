@@ -256,12 +256,6 @@ class CpuCall {
   std::vector<c10::IValue> original_arguments_;
 };
 
-void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  run_on_cpu_aliases(op, stack, [&op](torch::jit::Stack* cpu_stack) {
-    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), cpu_stack);
-  });
-}
-
 } // namespace
 
 void run_on_cpu_aliases(
@@ -281,6 +275,12 @@ void run_on_cpu_aliases(
     call.run(stack, cpu_kernel);
   }
   call.to_device_results(*stack, first_arg);
+}
+
+void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  run_on_cpu_aliases(op, stack, [&op](torch::jit::Stack* cpu_stack) {
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), cpu_stack);
+  });
 }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {

@@ -1,6 +1,7 @@
 // torch_vdev._C: the Python face of libtorch_vdev. Loading it loads the backend
 // library, whose static initialisers register everything with PyTorch.
 #include "aten/Tensor.h"
+#include "python/PythonKernel.h"
 #include "runtime/Allocator.h"
 #include "runtime/Device.h"
 #include "runtime/Generator.h"
@@ -45,4 +46,5 @@ PYBIND11_MODULE(_C, m) {
   m.def("is_vdev_tensor_impl", [](const at::Tensor& tensor) {
     return dynamic_cast<vdev::TensorImpl*>(tensor.unsafeGetTensorImpl()) != nullptr;
   });
+  vdev::bind_python_kernels(m);
 }
