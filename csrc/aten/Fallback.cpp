@@ -72,22 +72,6 @@ FallbackCounter& counter() {
   return *instance;
 }
 
-void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  static const FallbackMode mode = read_fallback_mode();
-  const bool first_call = counter().count(op);
-  TORCH_CHECK(
-      mode != FallbackMode::kError, full_name(op.schema()), " has no ", kBackendName,
-      " kernel and VDEV_FALLBACK=error refuses the CPU fallback");
-  if (mode == FallbackMode::kWarn && first_call) {
-    TORCH_WARN(
-        full_name(op.schema()), " has no ", kBackendName,
-        " kernel: running ATen's CPU kernel on device memory");
-  }
-  run_on_cpu_aliases(op, stack, [&op](torch::jit::Stack* cpu_stack) {
-    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), cpu_stack);
-  });
-}
-
 bool is_written(const c10::Argument& argument) {
   return argument.alias_info() != nullptr && argument.alias_info()->isWrite();
 }
@@ -204,6 +188,22 @@ std::unordered_map<std::string, int64_t> fallback_stats() {
 
 void reset_fallback_stats() {
   counter().reset();
+}
+
+void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  static const FallbackMode mode = read_fallback_mode();
+  const bool first_call = counter().count(op);
+  TORCH_CHECK(
+      mode != FallbackMode::kError, full_name(op.schema()), " has no ", kBackendName,
+      " kernel and VDEV_FALLBACK=error refuses the CPU fallback");
+  if (mode == FallbackMode::kWarn && first_call) {
+    TORCH_WARN(
+        full_name(op.schema()), " has no ", kBackendName,
+        " kernel: running ATen's CPU kernel on device memory");
+  }
+  run_on_cpu_aliases(op, stack, [&op](torch::jit::Stack* cpu_stack) {
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), cpu_stack);
+  });
 }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {

@@ -3,6 +3,7 @@
 #include "aten/BackendMeta.h"
 #include "aten/Fallback.h"
 #include "aten/Tensor.h"
+#include "python/PythonKernel.h"
 #include "runtime/Allocator.h"
 #include "runtime/Device.h"
 #include "runtime/Generator.h"
@@ -132,4 +133,5 @@ PYBIND11_MODULE(_C, m) {
   m.def("backend_meta", &vdev::backend_flags);
   m.def("set_backend_meta", &vdev::set_backend_flags);
   m.def("is_vdev_tensor_impl", &vdev::has_vdev_tensor_impl);
+  vdev::bind_python_kernels(m);
 }

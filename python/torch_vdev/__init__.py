@@ -4,6 +4,9 @@ Importing this package (or importing torch, through the ``torch.backends`` entry
 point) registers the ``vdev`` backend: ``torch.device('vdev')`` (alias
 ``privateuseone``), the ``torch.vdev`` module mirroring ``torch.cuda``, and the
 ``Tensor.vdev()`` / ``Module.vdev()`` / ``Tensor.is_vdev`` conveniences.
+
+``torch_vdev.kernel``, ``torch_vdev.kernels`` and ``torch_vdev.BackendEnvironment``
+implement or override vdev ops in Python (see ``python_kernels``).
 """
 
 
@@ -20,6 +23,7 @@ import os  # noqa: E402
 import torch  # noqa: E402
 
 from . import _C  # noqa: E402
+from .python_kernels import BackendEnvironment, kernel, kernels  # noqa: E402
 
 BACKEND_NAME: str = _C.backend_name
 __version__ = "0.1.0"
