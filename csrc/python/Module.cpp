@@ -1,5 +1,6 @@
 // torch_vdev._C: the Python face of libtorch_vdev. Loading it loads the backend
 // library, whose static initialisers register everything with PyTorch.
+#include "amp/Autocast.h"
 #include "aten/Tensor.h"
 #include "runtime/Allocator.h"
 #include "runtime/Device.h"
@@ -41,6 +42,13 @@ PYBIND11_MODULE(_C, m) {
           THPGenerator_initDefaultGenerator(vdev::default_generator(index)));
     }
     return generators;
+  });
+  m.def("autocast_ops", [] {
+    py::list ops;
+    for (const vdev::AutocastOp& op : vdev::autocast_ops()) {
+      ops.append(py::make_tuple(op.name, op.policy));
+    }
+    return ops;
   });
   m.def("is_vdev_tensor_impl", [](const at::Tensor& tensor) {
     return dynamic_cast<vdev::TensorImpl*>(tensor.unsafeGetTensorImpl()) != nullptr;

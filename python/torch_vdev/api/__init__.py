@@ -6,6 +6,7 @@ from typing import Any, NamedTuple, Optional, Union
 import torch
 
 from .. import _C
+from . import amp
 from .memory import (
     empty_cache,
     max_memory_allocated,
@@ -32,12 +33,14 @@ from .random import (
 from ._device import _get_device_index
 
 __all__ = [
+    "amp",
     "current_device",
     "default_generators",
     "device",
     "device_count",
     "device_of",
     "empty_cache",
+    "get_amp_supported_dtype",
     "get_device_capability",
     "get_device_name",
     "get_device_properties",
@@ -169,6 +172,11 @@ def get_device_capability(device: Optional[Any] = None) -> tuple:
     """vdev has no compute capability versions; every dtype is supported."""
     _C.check_device_index(_get_device_index(device, optional=True))
     return (1, 0)
+
+
+def get_amp_supported_dtype() -> list:
+    """The lower-precision dtypes autocast on vdev supports (torch.autocast asks)."""
+    return [torch.float16, torch.bfloat16]
 
 
 def is_bf16_supported(including_emulation: bool = True) -> bool:
