@@ -501,14 +501,15 @@ def test_decompositions_reach_the_tables_kernels():
         calls.append("mul")
         return torch.from_numpy(np.multiply(a.numpy(), np.asarray(b)))
 
+    # huber_loss has no vdev kernel (it runs through the fallback) and decomposes into mul.
     environment = torch_vdev.BackendEnvironment({aten.mul.Tensor: mul})
-    environment.register_default_decompositions(get_decompositions([aten.addcmul]))
-    a, b, c = torch.randn(4), torch.randn(4), torch.randn(4)
+    environment.register_default_decompositions(get_decompositions([aten.huber_loss]))
+    a, b = torch.randn(4), torch.randn(4)
     with environment.install() as registration:
-        assert aten.addcmul.default in registration.ops
-        result = torch.addcmul(a.to("vdev"), b.to("vdev"), c.to("vdev"), value=0.5)
+        assert aten.huber_loss.default in registration.ops
+        result = torch.nn.functional.huber_loss(a.to("vdev"), b.to("vdev"), delta=0.5)
     assert "mul" in calls
-    assert_close(result.cpu(), torch.addcmul(a, b, c, value=0.5))
+    assert_close(result.cpu(), torch.nn.functional.huber_loss(a, b, delta=0.5))
 
 
 def test_default_decompositions_leave_vdevs_own_kernels_composites_and_views():
@@ -516,12 +517,13 @@ def test_default_decompositions_leave_vdevs_own_kernels_composites_and_views():
     environment.register_default_decompositions()
     with environment.install() as registration:
         decomposed = set(registration.ops)
-        assert aten.addcmul_.default in decomposed and aten.hardswish.default in decomposed
-        assert aten.fill_.Scalar not in decomposed  # vdev's native kernel
+        # Ops without a vdev kernel get their decompositions; vdev's native kernels stay.
+        assert aten.huber_loss.default in decomposed and aten.hardshrink.default in decomposed
+        assert aten.fill_.Scalar not in decomposed and aten.hardswish.default not in decomposed
         assert aten.linear.default not in decomposed  # decomposes before reaching vdev
         assert aten.t.default not in decomposed and aten.detach.default not in decomposed  # views
-        assert torch._C._dispatch_has_kernel_for_dispatch_key("aten::hardswish", "PrivateUse1")
-    assert not torch._C._dispatch_has_kernel_for_dispatch_key("aten::hardswish", "PrivateUse1")
+        assert torch._C._dispatch_has_kernel_for_dispatch_key("aten::hardshrink", "PrivateUse1")
+    assert not torch._C._dispatch_has_kernel_for_dispatch_key("aten::hardshrink", "PrivateUse1")
 
 
 @pytest.mark.parametrize(

@@ -4,12 +4,16 @@
 // whose backward is written with vdev ops, so it runs on the device (and is itself
 // differentiable: double backward works). Forward-mode AD, which C++ Functions do not
 // support, is handled here: the Function runs on the primals and the tangent comes
-// from the op's JVP formula. This is the template a hardware team follows to supply
+// from the op's JVP formula. Under functorch transforms (torch.func), which C++
+// Functions cannot take part in either, PyTorch's generated autograd kernel runs. This is the template a hardware team follows to supply
 // fused or device-specific backward kernels. VDEV_AUTOGRAD_OVERRIDES=0 turns them off.
 #include <torch_vdev/Backend.h>
 
 #include <ATen/TensorOperators.h>
 #include <ATen/core/LegacyTypeDispatch.h>
+#include <ATen/core/boxing/impl/boxing.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/autograd.h>
 #include <torch/library.h>
 
@@ -62,6 +66,28 @@ std::optional<at::Tensor> optional_primal(const at::Tensor& tensor) {
   return tensor.defined() ? std::optional<at::Tensor>(primal(tensor)) : std::nullopt;
 }
 
+// functorch includes its dynamic-layer keys in this thread's dispatch keys for as long
+// as any transform is active.
+bool functorch_active() {
+  return c10::impl::tls_is_dispatch_key_included(c10::DispatchKey::FuncTorchDynamicLayerBackMode);
+}
+
+// Runs PyTorch's generated autograd kernel for Op (registered for every backend's
+// autograd key, overridden for vdev's) with the caller's dispatch keys, so it
+// redispatches to vdev's kernels below autograd.
+template <class Op, class... Args>
+auto generated_autograd(c10::DispatchKeySet keys, const Args&... args) {
+  using Result = typename c10::guts::function_traits<typename Op::schema>::return_type;
+  static const c10::OperatorHandle op =
+      c10::Dispatcher::singleton().findSchemaOrThrow(Op::name, Op::overload_name);
+  static const auto kernel = op.getComputedKernelForDispatchKey(c10::DispatchKey::AutogradCPU);
+  torch::jit::Stack stack;
+  stack.reserve(sizeof...(Args));
+  (torch::jit::push(stack, args), ...);
+  kernel.callBoxed(op, keys, &stack);
+  return c10::impl::PopResult<Result>::call(stack);
+}
+
 // Runs the op below autograd (on the vdev kernel) from inside a Function's forward.
 template <class Op>
 auto below_autograd(Op&& op) {
@@ -85,7 +111,10 @@ struct MmFunction : public torch::autograd::Function<MmFunction> {
   }
 };
 
-at::Tensor mm(const at::Tensor& self, const at::Tensor& mat2) {
+at::Tensor mm(c10::DispatchKeySet keys, const at::Tensor& self, const at::Tensor& mat2) {
+  if (functorch_active()) {
+    return generated_autograd<at::_ops::mm>(keys, self, mat2);
+  }
   if (!has_tangent(self) && !has_tangent(mat2)) {
     return MmFunction::apply(self, mat2);
   }
@@ -111,7 +140,10 @@ struct GeluFunction : public torch::autograd::Function<GeluFunction> {
   }
 };
 
-at::Tensor gelu(const at::Tensor& self, c10::string_view approximate) {
+at::Tensor gelu(c10::DispatchKeySet keys, const at::Tensor& self, c10::string_view approximate) {
+  if (functorch_active()) {
+    return generated_autograd<at::_ops::gelu>(keys, self, std::string(approximate));
+  }
   if (!has_tangent(self)) {
     return GeluFunction::apply(self, approximate);
   }
@@ -156,8 +188,11 @@ struct SumFunction : public torch::autograd::Function<SumFunction> {
 };
 
 at::Tensor sum(
-    const at::Tensor& self, at::OptionalIntArrayRef dims, bool keepdim,
+    c10::DispatchKeySet keys, const at::Tensor& self, at::OptionalIntArrayRef dims, bool keepdim,
     std::optional<at::ScalarType> dtype) {
+  if (functorch_active()) {
+    return generated_autograd<at::_ops::sum_dim_IntList>(keys, self, dims, keepdim, dtype);
+  }
   if (!has_tangent(self)) {
     return SumFunction::apply(self, dims, keepdim, dtype);
   }
@@ -185,7 +220,10 @@ struct IndexSelectFunction : public torch::autograd::Function<IndexSelectFunctio
   }
 };
 
-at::Tensor index_select(const at::Tensor& self, int64_t dim, const at::Tensor& index) {
+at::Tensor index_select(c10::DispatchKeySet keys, const at::Tensor& self, int64_t dim, const at::Tensor& index) {
+  if (functorch_active()) {
+    return generated_autograd<at::_ops::index_select>(keys, self, dim, index);
+  }
   if (!has_tangent(self)) {
     return IndexSelectFunction::apply(self, dim, index);
   }
@@ -213,7 +251,10 @@ struct SoftmaxFunction : public torch::autograd::Function<SoftmaxFunction> {
   }
 };
 
-at::Tensor softmax(const at::Tensor& self, int64_t dim, bool half_to_float) {
+at::Tensor softmax(c10::DispatchKeySet keys, const at::Tensor& self, int64_t dim, bool half_to_float) {
+  if (functorch_active()) {
+    return generated_autograd<at::_ops::_softmax>(keys, self, dim, half_to_float);
+  }
   if (!has_tangent(self)) {
     return SoftmaxFunction::apply(self, dim, half_to_float);
   }
@@ -256,9 +297,13 @@ struct LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
 };
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm(
-    const at::Tensor& input, c10::IntArrayRef normalized_shape,
+    c10::DispatchKeySet keys, const at::Tensor& input, c10::IntArrayRef normalized_shape,
     const std::optional<at::Tensor>& weight_opt, const std::optional<at::Tensor>& bias_opt,
     double eps) {
+  if (functorch_active()) {
+    return generated_autograd<at::_ops::native_layer_norm>(
+        keys, input, normalized_shape, weight_opt, bias_opt, eps);
+  }
   const at::Tensor weight = weight_opt.value_or(at::Tensor());
   const at::Tensor bias = bias_opt.value_or(at::Tensor());
   const bool forward_ad = has_tangent(input) || has_tangent(weight) || has_tangent(bias);
@@ -306,7 +351,10 @@ struct DropoutFunction : public torch::autograd::Function<DropoutFunction> {
   }
 };
 
-std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, double p, std::optional<bool> train) {
+std::tuple<at::Tensor, at::Tensor> native_dropout(c10::DispatchKeySet keys, const at::Tensor& input, double p, std::optional<bool> train) {
+  if (functorch_active()) {
+    return generated_autograd<at::_ops::native_dropout>(keys, input, p, train);
+  }
   auto outputs = DropoutFunction::apply(primal(input), p, train);
   if (has_tangent(input)) {
     const double scale = p == 1.0 ? 0.0 : 1.0 / (1.0 - p);
@@ -352,9 +400,14 @@ struct ConvolutionFunction : public torch::autograd::Function<ConvolutionFunctio
 };
 
 at::Tensor convolution(
-    const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias_opt,
-    c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
-    c10::IntArrayRef output_padding, int64_t groups) {
+    c10::DispatchKeySet keys, const at::Tensor& input, const at::Tensor& weight,
+    const std::optional<at::Tensor>& bias_opt, c10::IntArrayRef stride, c10::IntArrayRef padding,
+    c10::IntArrayRef dilation, bool transposed, c10::IntArrayRef output_padding, int64_t groups) {
+  if (functorch_active()) {
+    return generated_autograd<at::_ops::convolution>(
+        keys, input, weight, bias_opt, stride, padding, dilation, transposed, output_padding,
+        groups);
+  }
   const at::Tensor bias = bias_opt.value_or(at::Tensor());
   at::Tensor result = ConvolutionFunction::apply(
       primal(input), primal(weight), optional_primal(bias), stride, padding, dilation, transposed,
@@ -406,8 +459,12 @@ struct MaxPoolFunction : public torch::autograd::Function<MaxPoolFunction> {
 };
 
 std::tuple<at::Tensor, at::Tensor> max_pool2d_with_indices(
-    const at::Tensor& input, c10::IntArrayRef kernel_size, c10::IntArrayRef stride,
-    c10::IntArrayRef padding, c10::IntArrayRef dilation, bool ceil_mode) {
+    c10::DispatchKeySet keys, const at::Tensor& input, c10::IntArrayRef kernel_size,
+    c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation, bool ceil_mode) {
+  if (functorch_active()) {
+    return generated_autograd<at::_ops::max_pool2d_with_indices>(
+        keys, input, kernel_size, stride, padding, dilation, ceil_mode);
+  }
   auto outputs = MaxPoolFunction::apply(primal(input), kernel_size, stride, padding, dilation, ceil_mode);
   if (has_tangent(input)) {
     // Each output takes the tangent of the input element it selected.

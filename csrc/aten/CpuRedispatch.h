@@ -5,7 +5,6 @@
 
 #include <ATen/core/Generator.h>
 #include <c10/core/DeviceGuard.h>
-#include <ATen/core/LegacyTypeDispatch.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/SmallVector.h>
 
@@ -15,7 +14,10 @@ namespace vdev {
 
 // The state of one op call that runs ATen's CPU kernel for vdev tensors. Device
 // memory is host RAM, so nothing is copied:
-//  - arguments become CPU aliases of device memory (alias, alias_written);
+//  - arguments become CPU aliases of device memory (alias, alias_written) that share
+//    their tensor's version counter, so writes the CPU kernel makes through nested
+//    in-place ops bump versions exactly as on CPU (the op's own autograd was handled
+//    above this kernel and nothing the kernel does on aliases requires grad);
 //  - while the kernel runs (Scope), the thread's CPU allocations come from the
 //    device's allocator, so fresh outputs already live in device memory;
 //  - results become vdev tensors (to_device): views of an argument's storage, fresh
@@ -51,9 +53,6 @@ class CpuRedispatch {
 
    private:
     c10::DeviceGuard device_guard_;
-    // The op's autograd was handled above this kernel; what the CPU kernel calls
-    // internally must not be recorded again.
-    at::AutoDispatchBelowADInplaceOrView below_autograd_;
     RouteCpuAllocationsTo route_;
   };
 

@@ -3,6 +3,7 @@
 #include "runtime/Allocator.h"
 
 #include <ATen/EmptyTensor.h>
+#include <c10/core/InferenceMode.h>
 #include <c10/core/StorageImpl.h>
 #include <c10/util/intrusive_ptr.h>
 
@@ -104,12 +105,22 @@ at::Tensor cpu_alias(const at::Tensor& tensor) {
   c10::Storage alias_storage(c10::make_intrusive<c10::StorageImpl>(
       c10::StorageImpl::use_byte_size_t(), storage.nbytes(), std::move(data),
       cpu_view_allocator(tensor.device().index()), storage.resizable()));
+  // The alias is an inference tensor exactly when the tensor is one (a TensorImpl
+  // takes that from the mode it is made in), and shares the tensor's version counter:
+  // a write through the alias bumps the tensor's version as the same write on CPU would.
+  std::optional<c10::InferenceMode> same_inference_mode;
+  if (tensor.is_inference() != c10::InferenceMode::is_enabled()) {
+    same_inference_mode.emplace(tensor.is_inference());
+  }
   auto alias = at::detail::make_tensor<c10::TensorImpl>(
       std::move(alias_storage), c10::DispatchKeySet(c10::DispatchKey::CPU), tensor.dtype());
   auto* impl = alias.unsafeGetTensorImpl();
   impl->set_sizes_and_strides(tensor.sizes(), tensor.strides(), tensor.storage_offset());
   impl->_set_conj(tensor.is_conj());
   impl->_set_neg(tensor.is_neg());
+  if (!tensor.is_inference()) {
+    impl->set_version_counter(tensor.unsafeGetTensorImpl()->version_counter());
+  }
   return alias;
 }
 

@@ -56,7 +56,8 @@ at::Tensor view_of_storage(
 
 // A CPU tensor over the same memory, sizes, strides and offset as a vdev tensor, so
 // that CPU kernels read and write device memory directly. It keeps the device
-// storage alive, and a CPU kernel that resizes it allocates device memory.
+// storage alive, shares the tensor's version counter, and a CPU kernel that
+// resizes it allocates device memory.
 at::Tensor cpu_alias(const at::Tensor& tensor);
 
 // `tensor` itself when on CPU, its CPU alias when on vdev.

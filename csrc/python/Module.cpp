@@ -1,5 +1,6 @@
 // torch_vdev._C: the Python face of libtorch_vdev. Loading it loads the backend
 // library, whose static initialisers register everything with PyTorch.
+#include "amp/Autocast.h"
 #include "aten/BackendMeta.h"
 #include "aten/Fallback.h"
 #include "aten/Tensor.h"
@@ -132,6 +133,13 @@ PYBIND11_MODULE(_C, m) {
   m.def("host_memory_stats", &host_memory_stats);
   m.def("backend_meta", &vdev::backend_flags);
   m.def("set_backend_meta", &vdev::set_backend_flags);
+  m.def("autocast_ops", [] {
+    py::list ops;
+    for (const vdev::AutocastOp& op : vdev::autocast_ops()) {
+      ops.append(py::make_tuple(op.name, op.policy));
+    }
+    return ops;
+  });
   m.def("is_vdev_tensor_impl", &vdev::has_vdev_tensor_impl);
   vdev::bind_python_kernels(m);
 }

@@ -6,6 +6,7 @@ from typing import Any, NamedTuple, Optional, Union
 import torch
 
 from .. import _C
+from . import amp
 from .memory import (
     empty_cache,
     host_memory_stats,
@@ -46,6 +47,7 @@ __all__ = [
     "Stream",
     "StreamContext",
     "backend_meta",
+    "amp",
     "current_device",
     "current_stream",
     "default_generators",
@@ -54,6 +56,7 @@ __all__ = [
     "device_count",
     "device_of",
     "empty_cache",
+    "get_amp_supported_dtype",
     "get_device_capability",
     "get_device_name",
     "get_device_properties",
@@ -205,6 +208,11 @@ def get_device_capability(device: Optional[Any] = None) -> tuple:
     """vdev has no compute capability versions; every dtype is supported."""
     _C.check_device_index(_get_device_index(device, optional=True))
     return (1, 0)
+
+
+def get_amp_supported_dtype() -> list:
+    """The lower-precision dtypes autocast on vdev supports (torch.autocast asks)."""
+    return [torch.float16, torch.bfloat16]
 
 
 def is_bf16_supported(including_emulation: bool = True) -> bool:
