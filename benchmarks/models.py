@@ -5,6 +5,17 @@ import torch
 import torch.nn.functional as F
 
 
+def _classifier_step(model, optimizer, inputs, targets):
+    def step():
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(inputs), targets)
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    return step
+
+
 def mlp_step(device: str, batch: int = 64):
     torch.manual_seed(0)
     model = torch.nn.Sequential(
@@ -14,15 +25,7 @@ def mlp_step(device: str, batch: int = 64):
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     inputs = torch.randn(batch, 256).to(device)
     targets = torch.randint(0, 10, (batch,)).to(device)
-
-    def step():
-        optimizer.zero_grad()
-        loss = F.cross_entropy(model(inputs), targets)
-        loss.backward()
-        optimizer.step()
-        return loss
-
-    return step
+    return _classifier_step(model, optimizer, inputs, targets)
 
 
 def cnn_step(device: str, batch: int = 16):
@@ -36,15 +39,7 @@ def cnn_step(device: str, batch: int = 16):
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     inputs = torch.randn(batch, 3, 32, 32).to(device)
     targets = torch.randint(0, 10, (batch,)).to(device)
-
-    def step():
-        optimizer.zero_grad()
-        loss = F.cross_entropy(model(inputs), targets)
-        loss.backward()
-        optimizer.step()
-        return loss
-
-    return step
+    return _classifier_step(model, optimizer, inputs, targets)
 
 
 def transformer_step(device: str, batch: int = 8, length: int = 32, vocab: int = 1000):

@@ -26,7 +26,10 @@ def run_in_subprocess():
 
 
 @pytest.fixture(autouse=True)
-def _restore_current_device():
+def _restore_current_device_and_streams():
     previous = torch.vdev.current_device()
     yield
+    # set_stream makes the stream's device current, so the device is restored last.
+    for index in range(torch.vdev.device_count()):
+        torch.vdev.set_stream(torch.vdev.default_stream(index))
     torch.vdev.set_device(previous)

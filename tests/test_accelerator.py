@@ -8,13 +8,6 @@ import torch
 MiB = 1 << 20
 
 
-@pytest.fixture(autouse=True)
-def _restore_streams():
-    yield
-    for index in range(torch.vdev.device_count()):
-        torch.vdev.set_stream(torch.vdev.default_stream(index))
-
-
 def test_current_accelerator_and_device_count():
     assert torch.accelerator.is_available()
     assert torch.accelerator.current_accelerator() == torch.device("vdev")

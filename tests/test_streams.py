@@ -12,13 +12,6 @@ from torch.testing import assert_close
 MiB = 1 << 20
 
 
-@pytest.fixture(autouse=True)
-def _restore_streams():
-    yield
-    for index in range(torch.vdev.device_count()):
-        torch.vdev.set_stream(torch.vdev.default_stream(index))
-
-
 # --- streams -----------------------------------------------------------------
 
 
