@@ -1,0 +1,252 @@
+"""vdev against native CPU, measured in one process.
+
+    python benchmarks/run.py            # full run (a few minutes)
+    python benchmarks/run.py --quick    # fewer repeats
+    python benchmarks/run.py -k add     # only the cases whose name contains "add"
+
+Each case builds the same work on vdev and on CPU, then times batches of calls,
+alternating vdev and CPU batches (and which goes first) so that both see the same
+machine load. The table shows each side's median time per call and the median of
+the per-pair ratios vdev / CPU. Copies are compared with a CPU-to-CPU copy of the
+same size, i.e. memcpy bandwidth. Before timing, each case checks that its vdev
+work takes the intended path: the named ops through the CPU fallback, everything
+else through native vdev kernels (no fallback call at all).
+"""
+
+import argparse
+import gc
+import os
+import platform
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from typing import Callable, Tuple
+
+import torch
+import torch_vdev
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from models import TRAINING_STEPS  # noqa: E402
+
+SMALL, LARGE, FALLBACK, COPY, TRAINING = "small", "large", "fallback", "copy", "training"
+# Upper bounds on vdev time / CPU time.
+LIMITS = {SMALL: 1.15, LARGE: 1.05, FALLBACK: 1.05, COPY: 1 / 0.9, TRAINING: 1.05}
+TARGET_TEXT = {
+    SMALL: "≤ 1.15×", LARGE: "≤ 1.05×", FALLBACK: "≤ 1.05×",
+    COPY: "≥ 0.9× memcpy bw", TRAINING: "≤ 1.05×",
+}
+MB = 1 << 20
+
+
+@dataclass
+class Case:
+    name: str
+    kind: str
+    # device -> the call to time; built once per device, outside the timing.
+    make: Callable[[str], Callable[[], object]]
+    # The ops that must go through the fallback; none may if empty.
+    fallback_ops: Tuple[str, ...] = ()
+    # Bytes moved per call, to print a bandwidth for copies.
+    nbytes: int = 0
+
+
+def binary(op, shape):
+    def make(device):
+        a, b = torch.rand(shape).to(device), torch.rand(shape).to(device)
+        return lambda: op(a, b)
+    return make
+
+
+def unary(op, shape):
+    def make(device):
+        x = torch.rand(shape).to(device)
+        return lambda: op(x)
+    return make
+
+
+def view_chain(device):
+    x = torch.rand(64, 64).to(device)
+    return lambda: (
+        x.view(16, 256).transpose(0, 1).unsqueeze(0).narrow(1, 0, 128).squeeze(0)
+        .t().select(1, 3).unsqueeze(1).expand(16, 4)
+    )
+
+
+def empty_1mb(device):
+    return lambda: torch.empty(MB // 4, device=device)
+
+
+def item(device):
+    x = torch.rand(1).to(device)
+    return x.item
+
+
+# On CPU, these are CPU-to-CPU copies of the same size: the memcpy reference.
+def host_to_device(nbytes):
+    def make(device):
+        source = torch.rand(nbytes // 4)
+        destination = torch.empty(nbytes // 4, device=device)
+        return lambda: destination.copy_(source)
+    return make
+
+
+def device_to_host(nbytes):
+    def make(device):
+        source = torch.rand(nbytes // 4).to(device)
+        destination = torch.empty(nbytes // 4)
+        return lambda: destination.copy_(source)
+    return make
+
+
+CASES = [
+    Case("add, 1 element", SMALL, binary(torch.add, 1)),
+    Case("chain of 9 view ops", SMALL, view_chain),
+    Case("empty, 1 MB", SMALL, empty_1mb),
+    Case("item()", SMALL, item),
+    Case("logaddexp, 8 elements (fallback)", SMALL, binary(torch.logaddexp, 8),
+         fallback_ops=("aten::logaddexp.out",)),
+    Case("add, 4M floats", LARGE, binary(torch.add, 4 * MB)),
+    Case("matmul 512×512", LARGE, binary(torch.matmul, (512, 512))),
+    Case("sum over dim 1 of 4096×1024", LARGE, unary(lambda x: x.sum(dim=1), (4096, 1024))),
+    Case("cummax, 1M floats (fallback)", FALLBACK, unary(lambda x: torch.cummax(x, 0), MB),
+         fallback_ops=("aten::_cummax_helper",)),
+    Case("special.i0e, 1M floats (fallback)", FALLBACK, unary(torch.special.i0e, MB),
+         fallback_ops=("aten::special_i0e.out",)),
+    Case("H2D copy, 64 MB", COPY, host_to_device(64 * MB), nbytes=64 * MB),
+    Case("D2H copy, 64 MB", COPY, device_to_host(64 * MB), nbytes=64 * MB),
+] + [
+    Case(f"{name} training step", TRAINING, make) for name, make in TRAINING_STEPS.items()
+]
+
+
+def check_path(case, vdev_call):
+    """Fails unless the vdev call runs exactly `case.fallback_ops` through the fallback."""
+    torch_vdev.reset_fallback_stats()
+    vdev_call()
+    used = set(torch_vdev.fallback_stats())
+    if used != set(case.fallback_ops):
+        raise RuntimeError(
+            f"{case.name}: expected fallback ops {sorted(case.fallback_ops)}, got {sorted(used)}"
+        )
+
+
+def time_batch(call, number):
+    """Seconds per call over `number` back-to-back calls (garbage collection off, as timeit)."""
+    gc.disable()
+    try:
+        start = time.perf_counter()
+        for _ in range(number):
+            call()
+        return (time.perf_counter() - start) / number
+    finally:
+        gc.enable()
+
+
+def calls_per_batch(call, batch_seconds):
+    number = 1
+    while True:
+        elapsed = time_batch(call, number) * number
+        if elapsed >= batch_seconds or number >= 1 << 20:
+            return number
+        number *= 2 if elapsed <= 0 else max(2, min(10, int(batch_seconds / elapsed * 1.2)))
+
+
+@dataclass
+class Result:
+    case: Case
+    vdev: float
+    cpu: float
+    ratio: float
+
+
+def measure(case, repeats, batch_seconds):
+    vdev_call, cpu_call = case.make("vdev"), case.make("cpu")
+    check_path(case, vdev_call)
+    for call in (vdev_call, cpu_call):  # warm caches (allocator, kernels, autograd)
+        for _ in range(3):
+            call()
+    number = calls_per_batch(cpu_call, batch_seconds)
+    vdev_times, cpu_times, ratios = [], [], []
+    for repeat in range(repeats):
+        # Alternate which side goes first, so neither always follows the other.
+        if repeat % 2 == 0:
+            vdev_time, cpu_time = time_batch(vdev_call, number), time_batch(cpu_call, number)
+        else:
+            cpu_time, vdev_time = time_batch(cpu_call, number), time_batch(vdev_call, number)
+        vdev_times.append(vdev_time)
+        cpu_times.append(cpu_time)
+        ratios.append(vdev_time / cpu_time)
+    del vdev_call, cpu_call
+    gc.collect()
+    torch.vdev.empty_cache()
+    return Result(case, statistics.median(vdev_times), statistics.median(cpu_times),
+                  statistics.median(ratios))
+
+
+def format_time(seconds):
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if seconds >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds / 1e-9:.3g} ns"
+
+
+def format_side(seconds, nbytes):
+    text = format_time(seconds)
+    return f"{text} ({nbytes / seconds / 1e9:.1f} GB/s)" if nbytes else text
+
+
+def table(results):
+    lines = ["| case | vdev | cpu | ratio | target | met |", "| --- | ---: | ---: | ---: | --- | --- |"]
+    for result in results:
+        case = result.case
+        met = "yes" if result.ratio <= LIMITS[case.kind] else "**no**"
+        lines.append(
+            f"| {case.name} | {format_side(result.vdev, case.nbytes)} | "
+            f"{format_side(result.cpu, case.nbytes)} | {result.ratio:.2f}× | "
+            f"{TARGET_TEXT[case.kind]} | {met} |"
+        )
+    return "\n".join(lines)
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer, shorter repeats")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch intra-op threads (default 1: steadier small-op timings)")
+    parser.add_argument("-k", dest="keyword", default="", help="only cases whose name contains this")
+    args = parser.parse_args()
+
+    torch.set_num_threads(args.threads)
+    repeats, batch_seconds = (7, 0.02) if args.quick else (31, 0.05)
+    cases = [case for case in CASES if args.keyword.lower() in case.name.lower()]
+    load_before = os.getloadavg()[0]
+    results = []
+    for case in cases:
+        results.append(measure(case, repeats, batch_seconds))
+        print(f"measured {case.name}", file=sys.stderr, flush=True)
+    load_after = os.getloadavg()[0]
+
+    print(f"torch {torch.__version__}, torch_vdev {torch_vdev.__version__}, "
+          f"{torch.get_num_threads()} thread(s), {cpu_model()}, {os.cpu_count()} CPUs, "
+          f"load average {load_before:.1f} → {load_after:.1f}, "
+          f"median of {repeats} interleaved batches of ≥ {batch_seconds * 1e3:.0f} ms\n")
+    print(table(results))
+    missed = [result.case.name for result in results if result.ratio > LIMITS[result.case.kind]]
+    if missed:
+        print(f"\nmissed: {', '.join(missed)}")
+
+
+if __name__ == "__main__":
+    main()
