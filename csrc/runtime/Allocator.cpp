@@ -5,6 +5,7 @@
 
 #include <c10/core/CPUAllocator.h>
 #include <c10/util/Exception.h>
+#include <c10/util/flat_hash_map.h>
 
 #include <unistd.h>
 
@@ -12,7 +13,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
-#include <map>
 #include <mutex>
 #include <sstream>
 #include <unordered_map>
@@ -107,8 +107,11 @@ size_t read_capacity() {
 void free_device_block(void* ptr);
 
 struct DevicePool {
-  // allocation stream -> block size -> free block
-  std::unordered_map<c10::StreamId, std::multimap<size_t, void*>> cached;
+  // allocation stream -> block size -> free blocks. Vectors per size in open-addressing
+  // maps, not a multimap: once warm, taking and returning a block allocates nothing
+  // (this runs for every tensor, on the per-op path of small ops).
+  ska::flat_hash_map<c10::StreamId, ska::flat_hash_map<size_t, std::vector<void*>>> cached;
+  size_t cached_blocks = 0;
   // Freed blocks that recorded streams may still use, queued per stream by the point
   // marked in that stream when the block was freed (points increase along a queue).
   // A block is reusable once the host has observed each of its streams past its point.
@@ -135,8 +138,13 @@ class Pools {
     void* ptr = take_cached(pool, stream, size);
     if (ptr == nullptr) {
       ptr = allocate_segment(device, pool, size, nbytes);
+      blocks_.emplace(ptr, Block{size, nbytes, device, stream, true, {}});
+    } else {
+      // A cached block keeps its entry (size, device and stream are unchanged).
+      Block& block = blocks_.find(ptr)->second;
+      block.requested = nbytes;
+      block.in_use = true;
     }
-    blocks_[ptr] = Block{size, nbytes, device, stream, true, {}};
     update(pool.stats.allocation, small, 1);
     update(pool.stats.active, small, 1);
     update(pool.stats.allocated_bytes, small, static_cast<int64_t>(size));
@@ -260,14 +268,12 @@ class Pools {
       return nullptr;
     }
     auto it = blocks->second.find(size);
-    if (it == blocks->second.end()) {
+    if (it == blocks->second.end() || it->second.empty()) {
       return nullptr;
     }
-    void* ptr = it->second;
-    blocks->second.erase(it);
-    if (blocks->second.empty()) {
-      pool.cached.erase(blocks);
-    }
+    void* ptr = it->second.back();
+    it->second.pop_back();
+    pool.cached_blocks -= 1;
     return ptr;
   }
 
@@ -275,7 +281,8 @@ class Pools {
     const bool small = block.size < kSmallPoolLimit;
     update(pool.stats.active, small, -1);
     update(pool.stats.active_bytes, small, -static_cast<int64_t>(block.size));
-    pool.cached[block.stream].emplace(block.size, ptr);
+    pool.cached[block.stream][block.size].push_back(ptr);
+    pool.cached_blocks += 1;
   }
 
   // Moves pending blocks whose streams all passed their points (or, with `all`, every
@@ -300,7 +307,7 @@ class Pools {
       return static_cast<size_t>(
           pool.stats.reserved_bytes[static_cast<size_t>(StatType::AGGREGATE)].current);
     };
-    if (reserved_bytes() + size > capacity_ && (!pool.cached.empty() || !pool.pending.empty())) {
+    if (reserved_bytes() + size > capacity_ && (pool.cached_blocks > 0 || !pool.pending.empty())) {
       // As CUDA's allocator, wait for the streams of freed blocks and free the cache.
       pool.stats.num_alloc_retries += 1;
       reclaim_pending(pool, /*all=*/true);
@@ -329,21 +336,25 @@ class Pools {
 
   void release_cached(DevicePool& pool) {
     for (auto& [stream, blocks] : pool.cached) {
-      for (auto& [size, ptr] : blocks) {
-        blocks_.erase(ptr);
-        std::free(ptr);
-        update(pool.stats.segment, size < kSmallPoolLimit, -1);
-        update(pool.stats.reserved_bytes, size < kSmallPoolLimit, -static_cast<int64_t>(size));
-        pool.stats.num_device_free += 1;
+      for (auto& [size, ptrs] : blocks) {
+        for (void* ptr : ptrs) {
+          blocks_.erase(ptr);
+          std::free(ptr);
+          update(pool.stats.segment, size < kSmallPoolLimit, -1);
+          update(pool.stats.reserved_bytes, size < kSmallPoolLimit, -static_cast<int64_t>(size));
+          pool.stats.num_device_free += 1;
+        }
       }
     }
     pool.cached.clear();
+    pool.cached_blocks = 0;
   }
 
   const size_t capacity_;
   std::mutex mutex_;
   std::vector<DevicePool> devices_;
-  std::unordered_map<void*, Block> blocks_;
+  // Every block, in use, pending or cached: one open-addressing lookup per free.
+  ska::flat_hash_map<void*, Block> blocks_;
 };
 
 Pools& pools() {
