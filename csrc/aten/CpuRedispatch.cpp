@@ -104,14 +104,14 @@ at::Tensor CpuRedispatch::to_device(const at::Tensor& cpu) {
     }
   }
   if (owns_device_memory(storage->data_ptr())) {
-    c10::DataPtr data = storage->set_data_ptr(c10::DataPtr());
-    adopt_device_memory(data, device_);
-    c10::Storage device_storage(c10::make_intrusive<c10::StorageImpl>(
-        c10::StorageImpl::use_byte_size_t(), storage->nbytes(), std::move(data),
-        &caching_allocator(), /*resizable=*/true));
-    // Other results may view the same fresh storage.
-    storages_.emplace_back(storage, device_storage);
-    return view_of_storage(device_storage, cpu, cpu.sizes(), cpu.strides(), cpu.storage_offset());
+    // Fresh device memory, reported as CPU while the kernel ran: its storage becomes a
+    // vdev storage in place (no second StorageImpl per result), and later results
+    // viewing the same storage find it adopted already.
+    if (storage->device_type() != kDeviceType) {
+      adopt_device_memory(storage->mutable_data_ptr(), device_);
+      storage->set_allocator(&caching_allocator());
+    }
+    return view_of_storage(cpu.storage(), cpu, cpu.sizes(), cpu.strides(), cpu.storage_offset());
   }
   // Memory the kernel did not allocate through the CPU allocator (a constant, a
   // CPU argument returned as is): the one case that needs a copy.

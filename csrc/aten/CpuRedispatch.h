@@ -2,6 +2,7 @@
 
 #include "aten/Tensor.h"
 #include "runtime/Allocator.h"
+#include "runtime/Device.h"
 
 #include <ATen/core/Generator.h>
 #include <c10/core/DeviceGuard.h>
@@ -48,11 +49,16 @@ class CpuRedispatch {
   // Everything that must hold while the CPU kernel runs.
   class Scope {
    public:
-    explicit Scope(c10::DeviceIndex device)
-        : device_guard_(make_device(device)), route_(device) {}
+    explicit Scope(c10::DeviceIndex device) : route_(device) {
+      // Ops almost always run on the current device: the guard's virtual calls are
+      // then skipped.
+      if (device != current_device()) {
+        device_guard_.reset_device(make_device(device));
+      }
+    }
 
    private:
-    c10::DeviceGuard device_guard_;
+    c10::OptionalDeviceGuard device_guard_;
     RouteCpuAllocationsTo route_;
   };
 

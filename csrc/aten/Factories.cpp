@@ -7,7 +7,7 @@
 #include <ATen/native/Resize.h>
 #include <torch/library.h>
 
-#include <ATen/ops/_local_scalar_dense.h>
+#include <ATen/ops/_local_scalar_dense_native.h>
 #include <ATen/ops/copy.h>
 
 namespace vdev {
@@ -82,9 +82,11 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
 }
 
 // Reading a value synchronizes the host with the device's current stream, as with CUDA.
+// CPU's kernel only reads the element through data_ptr (math bits are resolved above
+// it, as on CPU), so it runs on the vdev tensor itself: no alias, no second dispatch.
 c10::Scalar local_scalar_dense(const at::Tensor& self) {
   lazy_init();
-  c10::Scalar value = at::_local_scalar_dense(cpu_alias(self));
+  c10::Scalar value = at::native::_local_scalar_dense_cpu(self);
   observe_stream(current_stream(self.device().index()));
   return value;
 }
