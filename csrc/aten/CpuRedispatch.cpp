@@ -41,12 +41,20 @@ c10::DeviceIndex CpuRedispatch::device() {
   return device_;
 }
 
+CpuRedispatch::~CpuRedispatch() {
+  written_.clear();
+  for (auto& [tensor, cpu] : lent_) {
+    release_cpu_alias(tensor, std::move(cpu));
+  }
+}
+
 at::Tensor CpuRedispatch::alias(const at::Tensor& tensor) {
   if (!is_vdev(tensor)) {
     return tensor;
   }
-  at::Tensor cpu = cpu_alias(tensor);
+  at::Tensor cpu = reusable_cpu_alias(tensor);
   storages_.emplace_back(cpu.storage().unsafeGetStorageImpl(), tensor.storage());
+  lent_.emplace_back(tensor, cpu);
   return cpu;
 }
 

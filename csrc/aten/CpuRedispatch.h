@@ -28,6 +28,10 @@ namespace vdev {
 class CpuRedispatch {
  public:
   explicit CpuRedispatch(const char* op_name) : op_name_(op_name) {}
+  // Hands the aliases back to their tensors for their next op.
+  ~CpuRedispatch();
+  CpuRedispatch(const CpuRedispatch&) = delete;
+  CpuRedispatch& operator=(const CpuRedispatch&) = delete;
 
   // Device discovery: every vdev tensor must be on one device; CPU tensors with
   // dimensions are rejected (0-dim CPU scalars and CPU index lists are allowed).
@@ -74,6 +78,8 @@ class CpuRedispatch {
   bool saw_cpu_tensor_ = false;
   c10::SmallVector<std::pair<c10::StorageImpl*, c10::Storage>, 4> storages_;
   c10::SmallVector<Written, 2> written_;
+  // Arguments and their aliases (see reusable_cpu_alias).
+  c10::SmallVector<std::pair<at::Tensor, at::Tensor>, 4> lent_;
 };
 
 } // namespace vdev

@@ -60,6 +60,27 @@ void TensorImpl::shallow_copy_from(const c10::intrusive_ptr<c10::TensorImpl>& im
   refresh_contiguous();
 }
 
+TensorImpl::~TensorImpl() {
+  c10::TensorImpl* kept = kept_alias_.exchange(nullptr, std::memory_order_acquire);
+  if (kept != nullptr) {
+    c10::intrusive_ptr<c10::TensorImpl>::reclaim(kept);
+  }
+}
+
+c10::intrusive_ptr<c10::TensorImpl> TensorImpl::take_kept_alias() {
+  c10::TensorImpl* kept = kept_alias_.exchange(nullptr, std::memory_order_acquire);
+  return kept == nullptr ? c10::intrusive_ptr<c10::TensorImpl>()
+                         : c10::intrusive_ptr<c10::TensorImpl>::reclaim(kept);
+}
+
+void TensorImpl::keep_alias(c10::intrusive_ptr<c10::TensorImpl> alias) {
+  c10::TensorImpl* expected = nullptr;
+  if (kept_alias_.compare_exchange_strong(
+          expected, alias.get(), std::memory_order_release, std::memory_order_relaxed)) {
+    alias.release();
+  }
+}
+
 c10::Storage new_storage(size_t nbytes, c10::DeviceIndex device) {
   return c10::Storage(c10::make_intrusive<c10::StorageImpl>(
       c10::StorageImpl::use_byte_size_t(), nbytes,
@@ -93,18 +114,27 @@ at::Tensor view_of_storage(
   return view;
 }
 
+namespace {
+void release_device_storage(void* device_storage) {
+  c10::raw::intrusive_ptr::decref(static_cast<c10::StorageImpl*>(device_storage));
+}
+
+// The memory of `device_storage` as seen from CPU. It holds a reference to the device
+// storage, released with it, so the memory outlives whatever a kernel keeps of an alias.
+c10::DataPtr cpu_data_of(c10::StorageImpl* device_storage) {
+  c10::raw::intrusive_ptr::incref(device_storage);
+  return c10::DataPtr(
+      device_storage->mutable_data(), device_storage, &release_device_storage,
+      c10::Device(c10::kCPU));
+}
+} // namespace
+
 at::Tensor cpu_alias(const at::Tensor& tensor) {
   const c10::Storage& storage = tensor.storage();
-  c10::StorageImpl* device_storage = storage.unsafeGetStorageImpl();
-  // The alias's DataPtr holds a reference to the device storage, released with it.
-  c10::raw::intrusive_ptr::incref(device_storage);
-  c10::DataPtr data(
-      device_storage->mutable_data(), device_storage,
-      [](void* owner) { c10::raw::intrusive_ptr::decref(static_cast<c10::StorageImpl*>(owner)); },
-      c10::Device(c10::kCPU));
   c10::Storage alias_storage(c10::make_intrusive<c10::StorageImpl>(
-      c10::StorageImpl::use_byte_size_t(), storage.nbytes(), std::move(data),
-      cpu_view_allocator(tensor.device().index()), storage.resizable()));
+      c10::StorageImpl::use_byte_size_t(), storage.nbytes(),
+      cpu_data_of(storage.unsafeGetStorageImpl()), cpu_view_allocator(tensor.device().index()),
+      storage.resizable()));
   // The alias is an inference tensor exactly when the tensor is one (a TensorImpl
   // takes that from the mode it is made in), and shares the tensor's version counter:
   // a write through the alias bumps the tensor's version as the same write on CPU would.
@@ -122,6 +152,49 @@ at::Tensor cpu_alias(const at::Tensor& tensor) {
     impl->set_version_counter(tensor.unsafeGetTensorImpl()->version_counter());
   }
   return alias;
+}
+
+
+at::Tensor reusable_cpu_alias(const at::Tensor& tensor) {
+  auto* owner = dynamic_cast<TensorImpl*>(tensor.unsafeGetTensorImpl());
+  c10::intrusive_ptr<c10::TensorImpl> kept =
+      owner == nullptr ? c10::intrusive_ptr<c10::TensorImpl>() : owner->take_kept_alias();
+  // The alias's type, key set (inference or not) and autograd state are what a new
+  // alias would have; so is everything set below.
+  if (!kept || kept->dtype() != tensor.dtype() || kept->autograd_meta() != nullptr) {
+    return cpu_alias(tensor);
+  }
+  c10::StorageImpl* device_storage = tensor.storage().unsafeGetStorageImpl();
+  c10::StorageImpl* alias_storage = kept->storage().unsafeGetStorageImpl();
+  alias_storage->set_data_ptr_noswap(cpu_data_of(device_storage));
+  alias_storage->set_nbytes(device_storage->nbytes());
+  alias_storage->set_allocator(cpu_view_allocator(tensor.device().index()));
+  alias_storage->set_resizable(device_storage->resizable());
+  if (kept->sizes() != tensor.sizes() || kept->strides() != tensor.strides() ||
+      kept->storage_offset() != tensor.storage_offset()) {
+    kept->set_sizes_and_strides(tensor.sizes(), tensor.strides(), tensor.storage_offset());
+  }
+  kept->_set_conj(tensor.is_conj());
+  kept->_set_neg(tensor.is_neg());
+  if (!tensor.is_inference()) {
+    kept->set_version_counter(tensor.unsafeGetTensorImpl()->version_counter());
+  }
+  return at::Tensor(std::move(kept));
+}
+
+void release_cpu_alias(const at::Tensor& tensor, at::Tensor&& alias) {
+  auto* owner = dynamic_cast<TensorImpl*>(tensor.unsafeGetTensorImpl());
+  c10::TensorImpl* impl = alias.unsafeGetTensorImpl();
+  const c10::Storage& storage = impl->storage();
+  if (owner == nullptr || alias.use_count() != 1 || storage.use_count() != 1 ||
+      impl->pyobj_slot()->load_pyobj() != nullptr ||
+      storage.unsafeGetStorageImpl()->pyobj_slot()->load_pyobj() != nullptr) {
+    return;
+  }
+  // Kept, the alias must not hold the device memory alive (the tensor may move to
+  // other memory before its next op): its storage lets go of it.
+  storage.unsafeGetStorageImpl()->set_data_ptr_noswap(c10::DataPtr(nullptr, c10::Device(c10::kCPU)));
+  owner->keep_alias(alias.unsafeReleaseIntrusivePtr());
 }
 
 } // namespace vdev

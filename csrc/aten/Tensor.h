@@ -5,6 +5,8 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/TensorImpl.h>
 
+#include <atomic>
+
 namespace vdev {
 
 // The TensorImpl of every vdev tensor, views included.
@@ -25,10 +27,21 @@ class VDEV_API TensorImpl final : public c10::TensorImpl {
       bool allow_tensor_metadata_change) const override;
   void shallow_copy_from(const c10::intrusive_ptr<c10::TensorImpl>& impl) override;
 
+  ~TensorImpl() override;
+
+  // The CPU alias kept for this tensor's next op (see reusable_cpu_alias),
+  // taken out so that one op at a time has it; null if none is kept.
+  c10::intrusive_ptr<c10::TensorImpl> take_kept_alias();
+  // Keeps `alias` unless one is kept already (by another thread's op).
+  void keep_alias(c10::intrusive_ptr<c10::TensorImpl> alias);
+
  private:
   template <typename VersionCounter>
   c10::intrusive_ptr<c10::TensorImpl> detached_copy(
       VersionCounter&& version_counter, bool allow_tensor_metadata_change) const;
+
+  // Owns one reference (intrusive_ptr released into it).
+  std::atomic<c10::TensorImpl*> kept_alias_{nullptr};
 };
 
 inline bool is_vdev(const at::Tensor& tensor) {
@@ -59,6 +72,16 @@ at::Tensor view_of_storage(
 // storage alive, shares the tensor's version counter, and a CPU kernel that
 // resizes it allocates device memory.
 at::Tensor cpu_alias(const at::Tensor& tensor);
+
+// cpu_alias for the arguments of a CPU kernel. Making an alias (a TensorImpl and a
+// StorageImpl) is most of an op's overhead, so the alias of the tensor's last op is
+// reused: between ops a kept alias owns nothing (its storage points nowhere), and
+// taking it sets all that cpu_alias would (memory, geometry, version counter) anew,
+// whatever the last kernel did to it. Hand it back with release_cpu_alias after the op.
+at::Tensor reusable_cpu_alias(const at::Tensor& tensor);
+// Keeps `alias` for `tensor`'s next op if nothing but the caller holds it (a kernel
+// may have kept a reference, or given it to Python).
+void release_cpu_alias(const at::Tensor& tensor, at::Tensor&& alias);
 
 // `tensor` itself when on CPU, its CPU alias when on vdev.
 inline at::Tensor as_cpu(const at::Tensor& tensor) {
