@@ -9,8 +9,10 @@
 #include <c10/util/flat_hash_map.h>
 #include <torch/library.h>
 
+#include <c10/util/SmallVector.h>
+
 #include <cstdlib>
-#include <deque>
+#include <memory>
 #include <mutex>
 
 namespace vdev {
@@ -37,41 +39,6 @@ std::string full_name(const c10::FunctionSchema& schema) {
   return name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
 }
 
-// Calls per operator, keyed by its schema (which lives as long as the operator).
-class FallbackCounter {
- public:
-  // Returns true the first time `op` is counted.
-  bool count(const c10::OperatorHandle& op) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto [entry, first] = calls_.emplace(&op.schema(), 0);
-    entry->second += 1;
-    return first;
-  }
-
-  std::unordered_map<std::string, int64_t> snapshot() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    std::unordered_map<std::string, int64_t> result;
-    for (const auto& [schema, calls] : calls_) {
-      result[full_name(*schema)] = calls;
-    }
-    return result;
-  }
-
-  void reset() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    calls_.clear();
-  }
-
- private:
-  std::mutex mutex_;
-  ska::flat_hash_map<const c10::FunctionSchema*, int64_t> calls_;
-};
-
-FallbackCounter& counter() {
-  static FallbackCounter* instance = new FallbackCounter();
-  return *instance;
-}
-
 bool is_written(const c10::Argument& argument) {
   return argument.alias_info() != nullptr && argument.alias_info()->isWrite();
 }
@@ -89,26 +56,117 @@ bool is_index_list(const c10::Argument& argument) {
       type->containedType(0)->kind() == c10::TypeKind::OptionalType;
 }
 
-} // namespace
+// What run_on_cpu_aliases needs of an operator's schema, worked out on its first call
+// rather than walking the schema (alias sets, types) on every call.
+struct OperatorFacts {
+  explicit OperatorFacts(const c10::FunctionSchema& schema) {
+    const auto& arguments = schema.arguments();
+    for (const c10::Argument& argument : arguments) {
+      written.push_back(is_written(argument));
+      index_list.push_back(is_index_list(argument));
+      optional_generator.push_back(is_optional_generator(argument));
+    }
+    for (const c10::Argument& result : schema.returns()) {
+      int argument_index = -1;
+      if (is_written(result)) {
+        for (size_t i = 0; i < arguments.size(); ++i) {
+          if (is_written(arguments[i]) &&
+              arguments[i].alias_info()->beforeSets() == result.alias_info()->beforeSets()) {
+            argument_index = static_cast<int>(i);
+            break;
+          }
+        }
+      }
+      written_argument_of_result.push_back(argument_index);
+    }
+  }
 
-void run_on_cpu_aliases(
-    const c10::OperatorHandle& op, torch::jit::Stack* stack,
+  c10::SmallVector<bool, 8> written;
+  c10::SmallVector<bool, 8> index_list;
+  c10::SmallVector<bool, 8> optional_generator;
+  // For each result, the written argument it returns (in-place, out=), or -1.
+  c10::SmallVector<int, 4> written_argument_of_result;
+};
+
+// Per operator, keyed by its schema (which lives as long as the operator): its facts
+// and how often the fallback ran it since the last reset.
+class OperatorRegistry {
+ public:
+  struct Entry {
+    explicit Entry(const c10::FunctionSchema& schema) : facts(schema) {}
+    const OperatorFacts facts;
+    int64_t fallback_calls = 0;
+  };
+
+  const OperatorFacts& facts(const c10::OperatorHandle& op) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return entry(op).facts;
+  }
+
+  // Counts a fallback call of `op`; `first` is true the first time since the last reset.
+  const OperatorFacts& count(const c10::OperatorHandle& op, bool& first) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Entry& counted = entry(op);
+    first = counted.fallback_calls == 0;
+    counted.fallback_calls += 1;
+    return counted.facts;
+  }
+
+  std::unordered_map<std::string, int64_t> snapshot() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::unordered_map<std::string, int64_t> result;
+    for (const auto& [schema, counted] : entries_) {
+      if (counted->fallback_calls > 0) {
+        result[full_name(*schema)] = counted->fallback_calls;
+      }
+    }
+    return result;
+  }
+
+  // Facts stay: calls in flight refer to them.
+  void reset() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& [schema, counted] : entries_) {
+      counted->fallback_calls = 0;
+    }
+  }
+
+ private:
+  Entry& entry(const c10::OperatorHandle& op) {
+    const c10::FunctionSchema* schema = &op.schema();
+    auto found = entries_.find(schema);
+    if (found == entries_.end()) {
+      found = entries_.emplace(schema, std::make_unique<Entry>(*schema)).first;
+    }
+    return *found->second;
+  }
+
+  std::mutex mutex_;
+  ska::flat_hash_map<const c10::FunctionSchema*, std::unique_ptr<Entry>> entries_;
+};
+
+OperatorRegistry& registry() {
+  static OperatorRegistry* instance = new OperatorRegistry();
+  return *instance;
+}
+
+void run_with_facts(
+    const c10::OperatorHandle& op, const OperatorFacts& facts, torch::jit::Stack* stack,
     const std::function<void(torch::jit::Stack*)>& cpu_kernel) {
   lazy_init();
   const c10::FunctionSchema& schema = op.schema();
-  const auto& arguments = schema.arguments();
-  const size_t first = stack->size() - arguments.size();
+  const size_t argument_count = facts.written.size();
+  const size_t first = stack->size() - argument_count;
   CpuRedispatch call(schema.name().c_str());
 
-  for (size_t i = 0; i < arguments.size(); ++i) {
+  for (size_t i = 0; i < argument_count; ++i) {
     const c10::IValue& value = (*stack)[first + i];
     if (value.isTensor()) {
       call.note_tensor(value.toTensor());
     } else if (value.isList()) {
-      const bool cpu_allowed = is_index_list(arguments[i]);
       for (const c10::IValue& element : value.toListRef()) {
         if (element.isTensor()) {
-          call.note_tensor(element.toTensor(), cpu_allowed);
+          call.note_tensor(element.toTensor(), facts.index_list[i]);
         }
       }
     } else if (value.isDevice()) {
@@ -118,36 +176,31 @@ void run_on_cpu_aliases(
   const c10::DeviceIndex device = call.device();
 
   // The original arguments: written ones are the results of in-place and out= ops,
-  // and CpuRedispatch refers to them (a deque keeps their addresses stable).
-  std::vector<c10::IValue> originals(
+  // and CpuRedispatch refers to them by address. The addresses stay put: `originals`
+  // is never resized, and a list's elements live in the list it holds.
+  const c10::SmallVector<c10::IValue, 8> originals(
       stack->begin() + static_cast<std::ptrdiff_t>(first), stack->end());
-  std::deque<at::Tensor> written_tensors;
-  auto alias = [&](const at::Tensor& tensor, bool written) {
-    if (!written || !is_vdev(tensor)) {
-      return call.alias(tensor);
-    }
-    written_tensors.push_back(tensor);
-    return call.alias_written(written_tensors.back());
-  };
-  for (size_t i = 0; i < arguments.size(); ++i) {
+  for (size_t i = 0; i < argument_count; ++i) {
+    const c10::IValue& original = originals[i];
     c10::IValue& value = (*stack)[first + i];
-    const bool written = is_written(arguments[i]);
-    if (value.isTensor()) {
-      value = alias(value.toTensor(), written);
-    } else if (value.isList()) {
-      c10::impl::GenericList list = value.toList();
-      c10::impl::GenericList converted(list.elementType());
-      converted.reserve(list.size());
-      for (const c10::IValue& element : list) {
-        converted.push_back(
-            element.isTensor() ? c10::IValue(alias(element.toTensor(), written)) : element);
+    auto alias = [&call, written = facts.written[i]](const at::Tensor& tensor) {
+      return written ? call.alias_written(tensor) : call.alias(tensor);
+    };
+    if (original.isTensor()) {
+      value = alias(original.toTensor());
+    } else if (original.isList()) {
+      c10::impl::GenericList converted(original.toList().elementType());
+      const c10::ArrayRef<c10::IValue> elements = original.toListRef();
+      converted.reserve(elements.size());
+      for (const c10::IValue& element : elements) {
+        converted.push_back(element.isTensor() ? c10::IValue(alias(element.toTensor())) : element);
       }
       value = std::move(converted);
-    } else if (value.isDevice() && value.toDevice().type() == kDeviceType) {
+    } else if (original.isDevice() && original.toDevice().type() == kDeviceType) {
       value = c10::Device(c10::kCPU);
-    } else if (value.isGenerator()) {
-      value = call.generator(value.toGenerator());
-    } else if (value.isNone() && is_optional_generator(arguments[i])) {
+    } else if (original.isGenerator()) {
+      value = call.generator(original.toGenerator());
+    } else if (original.isNone() && facts.optional_generator[i]) {
       value = call.generator(std::nullopt);
     }
   }
@@ -158,17 +211,11 @@ void run_on_cpu_aliases(
   }
 
   call.update_written();
-  const auto& returns = schema.returns();
-  for (size_t i = 0; i < returns.size(); ++i) {
+  for (size_t i = 0; i < facts.written_argument_of_result.size(); ++i) {
     c10::IValue& value = (*stack)[first + i];
-    if (is_written(returns[i])) {
-      for (size_t j = 0; j < arguments.size(); ++j) {
-        if (is_written(arguments[j]) &&
-            arguments[j].alias_info()->beforeSets() == returns[i].alias_info()->beforeSets()) {
-          value = originals[j];
-          break;
-        }
-      }
+    const int written_argument = facts.written_argument_of_result[i];
+    if (written_argument >= 0) {
+      value = originals[written_argument];
     } else if (value.isTensor()) {
       value = call.to_device(value.toTensor());
     } else if (value.isList()) {
@@ -182,17 +229,26 @@ void run_on_cpu_aliases(
   }
 }
 
+} // namespace
+
+void run_on_cpu_aliases(
+    const c10::OperatorHandle& op, torch::jit::Stack* stack,
+    const std::function<void(torch::jit::Stack*)>& cpu_kernel) {
+  run_with_facts(op, registry().facts(op), stack, cpu_kernel);
+}
+
 std::unordered_map<std::string, int64_t> fallback_stats() {
-  return counter().snapshot();
+  return registry().snapshot();
 }
 
 void reset_fallback_stats() {
-  counter().reset();
+  registry().reset();
 }
 
 void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   static const FallbackMode mode = read_fallback_mode();
-  const bool first_call = counter().count(op);
+  bool first_call = false;
+  const OperatorFacts& facts = registry().count(op, first_call);
   TORCH_CHECK(
       mode != FallbackMode::kError, full_name(op.schema()), " has no ", kBackendName,
       " kernel and VDEV_FALLBACK=error refuses the CPU fallback");
@@ -201,7 +257,7 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
         full_name(op.schema()), " has no ", kBackendName,
         " kernel: running ATen's CPU kernel on device memory");
   }
-  run_on_cpu_aliases(op, stack, [&op](torch::jit::Stack* cpu_stack) {
+  run_with_facts(op, facts, stack, [&op](torch::jit::Stack* cpu_stack) {
     op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), cpu_stack);
   });
 }
