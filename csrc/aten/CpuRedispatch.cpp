@@ -44,7 +44,7 @@ c10::DeviceIndex CpuRedispatch::device() {
 CpuRedispatch::~CpuRedispatch() {
   written_.clear();
   for (auto& [tensor, cpu] : lent_) {
-    release_cpu_alias(tensor, std::move(cpu));
+    release_cpu_alias(*tensor, std::move(cpu));
   }
 }
 
@@ -54,7 +54,7 @@ at::Tensor CpuRedispatch::alias(const at::Tensor& tensor) {
   }
   at::Tensor cpu = reusable_cpu_alias(tensor);
   storages_.emplace_back(cpu.storage().unsafeGetStorageImpl(), tensor.storage());
-  lent_.emplace_back(tensor, cpu);
+  lent_.emplace_back(tensor.unsafeGetTensorImpl(), cpu);
   return cpu;
 }
 

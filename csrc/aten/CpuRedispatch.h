@@ -40,6 +40,7 @@ class CpuRedispatch {
   // The device the op runs on (the current device if nothing named one).
   c10::DeviceIndex device();
 
+  // The tensors must outlive this object, which hands their aliases back at its end.
   at::Tensor alias(const at::Tensor& tensor);
   at::Tensor alias_written(const at::Tensor& tensor);
   // The CPU generator for a vdev generator (or the device's default for none).
@@ -78,8 +79,10 @@ class CpuRedispatch {
   bool saw_cpu_tensor_ = false;
   c10::SmallVector<std::pair<c10::StorageImpl*, c10::Storage>, 4> storages_;
   c10::SmallVector<Written, 2> written_;
-  // Arguments and their aliases (see reusable_cpu_alias).
-  c10::SmallVector<std::pair<at::Tensor, at::Tensor>, 4> lent_;
+  // The TensorImpls of arguments and their aliases (see reusable_cpu_alias). Not
+  // owned: a new reference to a tensor that only Python holds takes the GIL (to keep
+  // its Python object alive), twice per argument; the caller holds them.
+  c10::SmallVector<std::pair<c10::TensorImpl*, at::Tensor>, 4> lent_;
 };
 
 } // namespace vdev

@@ -157,10 +157,16 @@ void run_with_facts(
   const c10::FunctionSchema& schema = op.schema();
   const size_t argument_count = facts.written.size();
   const size_t first = stack->size() - argument_count;
+  // The original arguments: written ones are the results of in-place and out= ops,
+  // and CpuRedispatch refers to them by address (so they outlive it). The addresses
+  // stay put: `originals` is never resized, and a list's elements live in the list it
+  // holds.
+  const c10::SmallVector<c10::IValue, 8> originals(
+      stack->begin() + static_cast<std::ptrdiff_t>(first), stack->end());
   CpuRedispatch call(schema.name().c_str());
 
   for (size_t i = 0; i < argument_count; ++i) {
-    const c10::IValue& value = (*stack)[first + i];
+    const c10::IValue& value = originals[i];
     if (value.isTensor()) {
       call.note_tensor(value.toTensor());
     } else if (value.isList()) {
@@ -175,11 +181,6 @@ void run_with_facts(
   }
   const c10::DeviceIndex device = call.device();
 
-  // The original arguments: written ones are the results of in-place and out= ops,
-  // and CpuRedispatch refers to them by address. The addresses stay put: `originals`
-  // is never resized, and a list's elements live in the list it holds.
-  const c10::SmallVector<c10::IValue, 8> originals(
-      stack->begin() + static_cast<std::ptrdiff_t>(first), stack->end());
   for (size_t i = 0; i < argument_count; ++i) {
     const c10::IValue& original = originals[i];
     c10::IValue& value = (*stack)[first + i];

@@ -182,8 +182,8 @@ at::Tensor reusable_cpu_alias(const at::Tensor& tensor) {
   return at::Tensor(std::move(kept));
 }
 
-void release_cpu_alias(const at::Tensor& tensor, at::Tensor&& alias) {
-  auto* owner = dynamic_cast<TensorImpl*>(tensor.unsafeGetTensorImpl());
+void release_cpu_alias(c10::TensorImpl& tensor, at::Tensor&& alias) {
+  auto* owner = dynamic_cast<TensorImpl*>(&tensor);
   c10::TensorImpl* impl = alias.unsafeGetTensorImpl();
   const c10::Storage& storage = impl->storage();
   if (owner == nullptr || alias.use_count() != 1 || storage.use_count() != 1 ||

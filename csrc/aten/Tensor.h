@@ -81,7 +81,7 @@ at::Tensor cpu_alias(const at::Tensor& tensor);
 at::Tensor reusable_cpu_alias(const at::Tensor& tensor);
 // Keeps `alias` for `tensor`'s next op if nothing but the caller holds it (a kernel
 // may have kept a reference, or given it to Python).
-void release_cpu_alias(const at::Tensor& tensor, at::Tensor&& alias);
+void release_cpu_alias(c10::TensorImpl& tensor, at::Tensor&& alias);
 
 // `tensor` itself when on CPU, its CPU alias when on vdev.
 inline at::Tensor as_cpu(const at::Tensor& tensor) {
