@@ -49,6 +49,51 @@ def test_dropout_in_a_seeded_model_matches_cpu():
     assert_close(torch.nn.functional.dropout(inputs.to("vdev"), 0.4).cpu(), expected, rtol=0, atol=0)
 
 
+def _same_bits(actual, expected):
+    """Equal values, dtypes and strides, zeros with the same sign (dropout scales zeros too)."""
+    actual = actual.cpu()
+    assert actual.dtype == expected.dtype and actual.stride() == expected.stride()
+    assert_close(actual, expected, rtol=0, atol=0, equal_nan=True)
+    if expected.is_floating_point():
+        assert torch.equal(torch.signbit(actual), torch.signbit(expected))
+
+
+DROPOUT_INPUTS = {
+    "float32": lambda: torch.randn(64, 33),
+    "float64": lambda: torch.randn(5, 7, dtype=torch.float64),
+    "bfloat16": lambda: torch.randn(6, 9).bfloat16(),
+    "transposed": lambda: torch.randn(12, 10).t(),
+    "empty": lambda: torch.randn(0, 4),
+    "with nan and inf": lambda: torch.tensor([float("nan"), float("inf"), -float("inf"), -0.0, 3.0]),
+}
+
+
+@pytest.mark.parametrize("train", [True, None, False])
+@pytest.mark.parametrize("p", [0.0, 0.3, 1.0])
+@pytest.mark.parametrize("case", sorted(DROPOUT_INPUTS))
+def test_native_dropout_and_backward_match_cpu(case, p, train):
+    inputs = DROPOUT_INPUTS[case]()
+    grad = torch.randn(inputs.shape).to(inputs.dtype)
+    torch.manual_seed(11)
+    expected_output, expected_mask = torch.native_dropout(inputs, p, train)
+    torch.manual_seed(11)
+    output, mask = torch.native_dropout(inputs.to("vdev"), p, train)
+    _same_bits(output, expected_output)
+    _same_bits(mask, expected_mask)
+    scale = 0.0 if p == 1.0 else 1.0 / (1.0 - p)
+    if expected_mask.dtype == torch.bool:
+        _same_bits(
+            torch.ops.aten.native_dropout_backward(grad.to("vdev"), mask, scale),
+            torch.ops.aten.native_dropout_backward(grad, expected_mask, scale),
+        )
+
+
+def test_native_dropout_backward_rejects_a_cpu_mask():
+    grad = torch.randn(4, 4, device="vdev")
+    with pytest.raises(RuntimeError, match="same device"):
+        torch.ops.aten.native_dropout_backward(grad, torch.ones(4, 4, dtype=torch.bool), 2.0)
+
+
 def test_torch_manual_seed_seeds_every_device():
     torch.manual_seed(77)
     expected = torch.randn(10)

@@ -1,12 +1,10 @@
-// Native vdev kernels: random number ops and dropout (they draw from the vdev generator's CPU state).
+// Native vdev kernels: random number ops (they draw from the vdev generator's CPU state).
 // Each runs ATen's CPU kernel on zero-copy CPU aliases of device memory (CpuKernel.h).
 #include "aten/CpuKernel.h"
 
 #include <ATen/ops/bernoulli_ops.h>
 #include <ATen/ops/exponential_ops.h>
 #include <ATen/ops/multinomial_ops.h>
-#include <ATen/ops/native_dropout_ops.h>
-#include <ATen/ops/native_dropout_backward_ops.h>
 #include <ATen/ops/normal_ops.h>
 #include <ATen/ops/random_ops.h>
 #include <ATen/ops/randperm_ops.h>
@@ -24,8 +22,6 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
       at::_ops::random__from,
       at::_ops::random__to,
       at::_ops::random_,
-      at::_ops::native_dropout,
-      at::_ops::native_dropout_backward,
       at::_ops::randperm_generator_out,
       at::_ops::multinomial,
       at::_ops::multinomial_out,

@@ -1,0 +1,83 @@
+// Native vdev kernels for dropout. ATen's CPU native_dropout multiplies its input by
+// a bool mask, which TensorIterator first copies to the input's dtype, then scales in
+// a second pass (the backward does the same). CPU tensors take another path (dropout
+// is only "fused" for accelerators), so on vdev those extra passes showed in training
+// steps. Here the mask is drawn as ATen's CPU kernel draws it (bernoulli_ on a bool
+// tensor, from the CPU generator) and applied and scaled in one pass, with the same
+// arithmetic per element: (x * mask) * scale, rounded in the input's dtype after each
+// multiplication. Other cases (no training, empty, non-contiguous, reduced or complex
+// dtypes) run ATen's CPU kernel on aliases.
+#include "aten/CpuKernel.h"
+
+#include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
+#include <ATen/TensorIterator.h>
+#include <ATen/TensorOperators.h>
+
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/native_dropout_backward_ops.h>
+#include <ATen/ops/native_dropout_ops.h>
+
+namespace vdev {
+namespace {
+
+bool fused_applies(const at::Tensor& values) {
+  const c10::ScalarType dtype = values.scalar_type();
+  return (dtype == c10::kFloat || dtype == c10::kDouble) && values.numel() > 0 &&
+      values.is_contiguous() && !values.is_neg();
+}
+
+bool fused_applies(const at::Tensor& values, const at::Tensor& mask) {
+  return fused_applies(values) && mask.device() == values.device() && mask.is_contiguous() &&
+      mask.scalar_type() == c10::kBool && mask.sizes() == values.sizes();
+}
+
+// result = (values * mask) * scale, element by element in the values' dtype, split
+// across threads as TensorIterator splits elementwise ops.
+at::Tensor masked_scale(const at::Tensor& values, const at::Tensor& mask, double scale) {
+  at::Tensor result = at::empty_like(values, c10::MemoryFormat::Contiguous);
+  AT_DISPATCH_FLOATING_TYPES(values.scalar_type(), "vdev_masked_scale", [&] {
+    const scalar_t* in = values.const_data_ptr<scalar_t>();
+    const bool* keep = mask.const_data_ptr<bool>();
+    scalar_t* out = result.mutable_data_ptr<scalar_t>();
+    const auto factor = static_cast<scalar_t>(scale);
+    at::parallel_for(0, values.numel(), at::internal::GRAIN_SIZE, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        const scalar_t kept = in[i] * static_cast<scalar_t>(keep[i]);
+        out[i] = kept * factor;
+      }
+    });
+  });
+  return result;
+}
+
+std::tuple<at::Tensor, at::Tensor> native_dropout(
+    const at::Tensor& input, double p, std::optional<bool> train) {
+  const bool training = !train.has_value() || *train;
+  if (!training || !fused_applies(input)) {
+    return CpuKernel<at::_ops::native_dropout>::call(input, p, train);
+  }
+  const double keep_probability = 1. - p;
+  const double scale = keep_probability == 0 ? 0. : 1. / keep_probability;
+  at::Tensor mask = at::empty_like(input, input.options().dtype(c10::kBool));
+  // Drawn as by the CPU kernel this one replaces, which draws from the CPU generator.
+  cpu_alias(mask).bernoulli_(keep_probability);
+  return {masked_scale(input, mask, scale), mask};
+}
+
+at::Tensor native_dropout_backward(
+    const at::Tensor& grad_output, const at::Tensor& mask, double scale) {
+  if (!fused_applies(grad_output, mask)) {
+    return CpuKernel<at::_ops::native_dropout_backward>::call(grad_output, mask, scale);
+  }
+  return masked_scale(grad_output, mask, scale);
+}
+
+} // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("native_dropout", TORCH_FN(native_dropout));
+  m.impl("native_dropout_backward", TORCH_FN(native_dropout_backward));
+}
+
+} // namespace vdev
