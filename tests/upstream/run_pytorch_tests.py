@@ -146,9 +146,18 @@ def run_file(spec, device, args, log_dir):
     elif returncode == 5:
         status = "no tests collected"
     else:
-        # 2: interrupted, usually an import error while collecting; 3, 4: pytest errors.
-        status = f"pytest exit {returncode}"
+        # 2: interrupted, usually an error while importing the file; 3, 4: pytest errors.
+        status = f"pytest exit {returncode}{first_error(output_log)}"
     return Run(spec, device, outcomes, status, seconds, output_log)
+
+
+def first_error(output_log):
+    """': <the first "E   ..." line pytest printed>', or '' if there is none."""
+    with open(output_log, encoding="utf-8", errors="replace") as output:
+        for line in output:
+            if line.startswith("E   "):
+                return ": " + line[4:].strip()
+    return ""
 
 
 @dataclasses.dataclass
