@@ -43,6 +43,7 @@ DEFAULT_FILES = (
     "test_optim.py",
 )
 
+
 @dataclasses.dataclass
 class Run:
     """One pytest process: a file on one device."""
@@ -135,6 +136,8 @@ def run_file(spec, device, args, log_dir):
     outcomes, unfinished = read_result_log(result_log, device)
     if returncode is None:
         status = f"stopped at the {args.timeout:g} s cap"
+        if unfinished is not None:
+            status += f" in {unfinished.split('::')[-1]}"
     elif unfinished is not None:
         # The test took its process down (a crash in a kernel, os._exit): it failed,
         # and the tests after it never ran.

@@ -31,7 +31,7 @@ def _first_line(report):
 
 def pytest_configure(config):
     global _log
-    _log = open(os.environ["VDEV_RESULT_LOG"], "a", encoding="utf-8")
+    _log = open(os.environ["VDEV_RESULT_LOG"], "w", encoding="utf-8")
 
 
 def pytest_unconfigure(config):
