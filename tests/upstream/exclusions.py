@@ -16,6 +16,15 @@ TEST_EXCLUSIONS = {
     "TestRandomTensorCreation": {
         "test_randperm_device_compatibility": "@onlyCUDA: builds torch.Generator(device='cuda')",
     },
+    "TestOptimRenewed": {
+        "test_state_dict_with_cuda_params": "@onlyCUDA: moves the parameters with .to(device='cuda')",
+        "test_cpu_load_state_dict": "@onlyCUDA: moves the parameter with .to(device='cuda')",
+        "test_peak_memory_foreach": "@onlyCUDA: reads torch.cuda's peak memory statistics",
+        "test_*_large_tensor": "@onlyCUDA: needs 64-72 GB of device memory, which @largeTensorTest checks on CUDA only",
+    },
+    "TestModule": {
+        "test_multiple_device_transfer": "@onlyCUDA: moves the module with .cuda() and torch.cuda.device",
+    },
     "TestAsArray": {
         "test_*_from_numpy": "@onlyCPU: aliases a NumPy array, which only CPU memory can back",
         "test_*_from_buffer": "@onlyCPU: aliases a Python buffer, which only CPU memory can back",

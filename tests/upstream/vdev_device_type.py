@@ -20,8 +20,8 @@ if PrivateUse1TestBase not in device_type_test_bases:  # noqa: F821
 
 class VdevTestBase(PrivateUse1TestBase):  # noqa: F821
     # The backend's name from the start (PrivateUse1TestBase says "privateuse1" until
-    # its setUpClass runs), so every class is TestFooVDEV and tests end in _vdev...
-    # like @dtypesIfPRIVATEUSE1 and @skipPRIVATEUSE1If, which key on the name.
+    # its setUpClass runs): classes are named TestFooVDEV, and @dtypesIfPRIVATEUSE1 and
+    # @skipPRIVATEUSE1If, which key on the backend's name, apply.
     device_type = torch._C._get_privateuse1_backend_name()  # noqa: F821
     # Lets @onlyCUDA (any @onlyOn) tests run on vdev too: opt-in, as many of them
     # test CUDA-only behaviour.
