@@ -2,6 +2,7 @@
 CMake and Ninja, installing both into the torch_vdev package."""
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -22,8 +23,17 @@ class CMakeBuild(build_ext):
         import pybind11
         import torch
 
-        package_dir = Path(self.get_ext_fullpath(ext.name)).resolve().parent
-        build_dir = Path(self.build_temp).resolve() / "cmake"
+        extension_path = Path(self.get_ext_fullpath(ext.name)).resolve()
+        editable = self.inplace or getattr(self, "editable_mode", False)
+        if editable:
+            # Editable installs import the package from the source tree, which needs the
+            # core library and headers too, not only the extension module. The build
+            # directory is kept for incremental rebuilds (README: Set up).
+            package_dir = ROOT / "python" / "torch_vdev"
+            build_dir = ROOT / "build" / "cmake"
+        else:
+            package_dir = extension_path.parent
+            build_dir = Path(self.build_temp).resolve() / "cmake"
         build_dir.mkdir(parents=True, exist_ok=True)
         build_type = os.environ.get("VDEV_BUILD_TYPE", "Release")
         prefix_path = ";".join([torch.utils.cmake_prefix_path, pybind11.get_cmake_dir()])
@@ -41,11 +51,10 @@ class CMakeBuild(build_ext):
             ]
         )
         subprocess.check_call(["cmake", "--build", str(build_dir), "--target", "install"])
-        if self.inplace or getattr(self, "editable_mode", False):
-            # Editable installs import the package from the source tree, which needs
-            # the core library and headers too, not only the extension module.
-            source_package = ROOT / "python" / "torch_vdev"
-            subprocess.check_call(["cmake", "--install", str(build_dir), "--prefix", str(source_package)])
+        if editable:
+            # setuptools takes the extension module from where it asked for it.
+            extension_path.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(package_dir / extension_path.name, extension_path)
 
 
 setup(

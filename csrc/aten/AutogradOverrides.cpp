@@ -170,8 +170,9 @@ struct SumFunction : public torch::autograd::Function<SumFunction> {
     const c10::IValue dims_value = ctx->saved_data["dims"];
     const auto dims = dims_value.isNone() ? std::vector<int64_t>() : dims_value.toIntVector();
     at::Tensor grad = grads[0];
-    if (!ctx->saved_data["keepdim"].toBool()) {
-      // Put back the summed dimensions, so the gradient broadcasts over them.
+    // Put back the summed dimensions, so the gradient broadcasts over them (a 0-dim
+    // input, which dim 0 or -1 also names, has none).
+    if (!ctx->saved_data["keepdim"].toBool() && !sizes.empty()) {
       std::vector<bool> reduced(sizes.size(), dims.empty());
       for (int64_t dim : dims) {
         reduced[c10::maybe_wrap_dim(dim, static_cast<int64_t>(sizes.size()))] = true;

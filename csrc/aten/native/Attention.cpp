@@ -1,0 +1,41 @@
+// Scaled dot-product attention on vdev chooses its kernel as the CPU does, and runs
+// the CPU's fused (flash) kernels on zero-copy aliases (CpuKernel.h). Without a
+// choice registered for PrivateUse1, ATen falls back to the unfused math path:
+// slower, and numerically different from the CPU.
+#include "aten/CpuKernel.h"
+
+#include <ATen/native/transformers/attention.h>
+#include <ATen/ops/_fused_sdp_choice_ops.h>
+#include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu_backward_ops.h>
+#include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu_ops.h>
+
+namespace vdev {
+
+// The CPU's choice, which reads only the inputs' metadata (dtype, sizes, strides,
+// grad mode), made for the vdev tensors themselves.
+static int64_t fused_sdp_choice(
+    const at::Tensor& query,
+    const at::Tensor& key,
+    const at::Tensor& value,
+    const std::optional<at::Tensor>& attn_mask,
+    double dropout_p,
+    bool is_causal,
+    std::optional<double> scale,
+    bool enable_gqa) {
+  return at::_ops::_fused_sdp_choice::redispatch(
+      c10::DispatchKeySet(c10::DispatchKey::CPU), query, key, value, attn_mask, dropout_p, is_causal, scale,
+      enable_gqa);
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  register_cpu_kernels<
+      at::_ops::_scaled_dot_product_flash_attention_for_cpu,
+      at::_ops::_scaled_dot_product_flash_attention_for_cpu_backward>(m);
+}
+
+} // namespace vdev
+
+namespace at::native {
+// The registration macro names the stub's type unqualified.
+REGISTER_PRIVATEUSE1_DISPATCH(_fused_sdp_choice_stub, &vdev::fused_sdp_choice)
+} // namespace at::native

@@ -1,0 +1,190 @@
+"""Every OpInfo in PyTorch's op_db on vdev, against the CPU on the same samples.
+
+For each entry and one dtype of each category it supports (floating, integral, bool,
+complex), five tests: forward, non-contiguous samples, `out=` (result is the given
+tensor, resizing an empty one), in-place (result is the input object), and gradients
+in float32 and float64. Random ops are compared under the same seed: a seeded vdev
+generator draws what a seeded CPU generator draws. Where the CPU raises, vdev must
+raise the same exception type. Expected failures are data (expected_failures.py).
+"""
+
+import copy
+
+import torch
+from torch.testing._internal.common_device_type import (
+    OpDTypes,
+    PrivateUse1TestBase,
+    instantiate_device_type_tests,
+    ops,
+)
+from torch.testing._internal.common_methods_invocations import op_db
+from torch.testing._internal.common_utils import TestCase, run_tests
+from torch.utils._pytree import tree_map
+
+from device_suites import DEVICE_TYPE, expected_failure_decorators, tensors_in, to_cpu
+
+# One dtype per category, the first the op supports in each list.
+DTYPE_CATEGORIES = (
+    (torch.float32, torch.float64, torch.float16, torch.bfloat16),
+    (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8),
+    (torch.bool,),
+    (torch.complex64, torch.complex128),
+)
+
+# Ops whose results are uninitialized memory: only their metadata is comparable.
+UNINITIALIZED_RESULT_OPS = {"empty", "empty_like", "empty_strided", "empty_permuted", "new_empty", "new_empty_strided"}
+
+SEED = 1234
+
+
+def with_one_dtype_per_category(op):
+    supported = op.supported_dtypes(DEVICE_TYPE)
+    chosen = {next(d for d in category if d in supported) for category in DTYPE_CATEGORIES if supported & set(category)}
+    op = copy.copy(op)
+    op.dtypesIf = {**op.dtypesIf, DEVICE_TYPE: chosen}
+    return op
+
+
+representative_op_db = [with_one_dtype_per_category(op) for op in op_db]
+
+
+def sample_parts(sample):
+    return sample.input, sample.args, sample.kwargs
+
+
+def call(fn, parts):
+    input, args, kwargs = parts
+    torch.manual_seed(SEED)
+    return fn(input, *args, **kwargs)
+
+
+class CpuRaised(Exception):
+    """The CPU reference raised `error`; vdev raised the same type."""
+
+    def __init__(self, error):
+        self.error = error
+
+
+class TestOpInfo(TestCase):
+    def run_on_both(self, fn, sample_on_device, sample_on_cpu=None):
+        """(result on vdev, result on CPU). Raises CpuRaised when the CPU raises, after
+        checking that vdev raises the same exception type."""
+        if sample_on_cpu is None:
+            sample_on_cpu = to_cpu(sample_on_device)
+        try:
+            expected = fn(sample_on_cpu)
+        except Exception as error:
+            with self.assertRaises(type(error)):
+                fn(sample_on_device)
+            raise CpuRaised(error)
+        return fn(sample_on_device), expected
+
+    def assert_matches_cpu(self, op, actual, expected):
+        for tensor in tensors_in(actual):
+            self.assertEqual(tensor.device.type, DEVICE_TYPE)
+        if op.name in UNINITIALIZED_RESULT_OPS:
+            self.assertEqual(actual.shape, expected.shape)
+            self.assertEqual(actual.dtype, expected.dtype)
+        else:
+            self.assertEqual(actual, expected, exact_device=False)
+
+    def for_each_sample(self, samples, check):
+        for sample in samples:
+            try:
+                check(sample)
+            except CpuRaised:
+                pass
+            except Exception as error:
+                error.add_note(f"sample: {sample.summary()}")
+                raise
+
+    @ops(representative_op_db, dtypes=OpDTypes.supported)
+    def test_forward(self, device, dtype, op):
+        def check(sample):
+            actual, expected = self.run_on_both(lambda parts: call(op, parts), sample_parts(sample))
+            self.assert_matches_cpu(op, actual, expected)
+
+        self.for_each_sample(op.sample_inputs(device, dtype), check)
+
+    @ops(representative_op_db, dtypes=OpDTypes.supported)
+    def test_noncontiguous(self, device, dtype, op):
+        def check(sample):
+            noncontiguous = sample_parts(sample.noncontiguous())
+            actual, expected = self.run_on_both(lambda parts: call(op, parts), noncontiguous)
+            self.assert_matches_cpu(op, actual, expected)
+
+        self.for_each_sample(op.sample_inputs(device, dtype), check)
+
+    @ops([op for op in representative_op_db if op.supports_out], dtypes=OpDTypes.supported)
+    def test_out(self, device, dtype, op):
+        def check(sample):
+            parts = sample_parts(sample)
+            try:
+                expected = call(op, to_cpu(parts))
+            except Exception:
+                return  # test_forward checks that vdev raises too
+            if not all(isinstance(t, torch.Tensor) for t in (expected if isinstance(expected, (tuple, list)) else [expected])):
+                return  # no tensor result to write into
+
+            input, args, kwargs = parts
+            for make_out in (
+                lambda t: torch.empty(t.shape, dtype=t.dtype, device=device),
+                lambda t: torch.empty(0, dtype=t.dtype, device=device),  # resized by the op
+            ):
+                out = tree_map(make_out, expected)
+                if isinstance(out, list):
+                    out = tuple(out)
+                result = call(op, (input, args, {**kwargs, "out": out}))
+                if isinstance(out, torch.Tensor):
+                    self.assertIs(result, out)
+                else:
+                    self.assertTrue(all(r is o for r, o in zip(result, out)), "out= returned other tensors")
+                self.assert_matches_cpu(op, tuple(out) if isinstance(expected, list) else out, expected)
+
+        self.for_each_sample(op.sample_inputs(device, dtype), check)
+
+    @ops([op for op in representative_op_db if op.get_inplace() is not None], dtypes=OpDTypes.supported)
+    def test_inplace(self, device, dtype, op):
+        inplace = op.get_inplace()
+
+        def check(sample):
+            input, args, kwargs = sample_parts(sample)
+            target = input.clone()
+            cpu_target = to_cpu(input).clone()
+            cpu_parts = (cpu_target, *to_cpu((args, kwargs)))
+            result, expected = self.run_on_both(lambda parts: call(inplace, parts), (target, args, kwargs), cpu_parts)
+            self.assertIs(result, target)
+            self.assertIs(expected, cpu_target)
+            self.assert_matches_cpu(op, target, cpu_target)
+
+        self.for_each_sample(op.sample_inputs(device, dtype), check)
+
+    @ops(
+        [op for op in op_db if op.supports_autograd],
+        dtypes=OpDTypes.supported_backward,
+        allowed_dtypes=(torch.float32, torch.float64),
+    )
+    def test_grad(self, device, dtype, op):
+        def check(sample):
+            def gradients(parts):
+                output = call(lambda *a, **k: op.gradcheck_wrapper(op.get_op(), *a, **k), parts)
+                outputs = [t for t in tensors_in(sample.output_process_fn_grad(output)) if t.requires_grad]
+                inputs = [t for t in tensors_in(parts) if t.requires_grad]
+                if not outputs:
+                    return []
+                generator = torch.Generator().manual_seed(SEED)
+                grad_outputs = [torch.randn(t.shape, dtype=t.dtype, generator=generator).to(t.device) for t in outputs]
+                return torch.autograd.grad(outputs, inputs, grad_outputs, allow_unused=True)
+
+            actual, expected = self.run_on_both(gradients, sample_parts(sample))
+            self.assert_matches_cpu(op, actual, expected)
+
+        self.for_each_sample(op.sample_inputs(device, dtype, requires_grad=True), check)
+
+
+PrivateUse1TestBase.set_test_configs(op_overrides=expected_failure_decorators("TestOpInfo"))
+instantiate_device_type_tests(TestOpInfo, globals(), only_for=DEVICE_TYPE)
+PrivateUse1TestBase.set_test_configs()
+
+if __name__ == "__main__":
+    run_tests()
