@@ -33,3 +33,23 @@ def _restore_current_device_and_streams():
     for index in range(torch.vdev.device_count()):
         torch.vdev.set_stream(torch.vdev.default_stream(index))
     torch.vdev.set_device(previous)
+
+
+DEVICE_GENERIC_SUITES = ("test_opinfo.py", "test_module_info.py", "test_optim_info.py")
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The issue's measure for the device-generic suites: of the cells (entry, dtype,
+    test) that pass on the CPU reference, the share that passes on vdev."""
+    counts = {}
+    for outcome in ("passed", "xfailed", "failed"):
+        for report in terminalreporter.stats.get(outcome, []):
+            if report.when == "call" and report.nodeid.split("::")[0].endswith(DEVICE_GENERIC_SUITES):
+                counts[outcome] = counts.get(outcome, 0) + 1
+    total = sum(counts.values())
+    if total:
+        passed = counts.get("passed", 0)
+        terminalreporter.write_line(
+            f"device-generic suites: {passed} of {total} cells pass on vdev ({100 * passed / total:.2f}%), "
+            f"{counts.get('xfailed', 0)} expected failures, {counts.get('failed', 0)} failures"
+        )

@@ -3,25 +3,63 @@ test_optim_info.py): moving samples to the CPU reference, and turning the expect
 failures (expected_failures.py) into PyTorch's DecorateInfo entries."""
 
 import copy
+import re
 import unittest
 
 import torch
 from torch.testing._internal.opinfo.core import DecorateInfo
-from torch.utils._pytree import tree_map
+from torch.utils._pytree import tree_flatten, tree_map
 
 from expected_failures import EXPECTED_FAILURES
 
 DEVICE_TYPE = torch._C._get_privateuse1_backend_name()
 
 
+def device_type_named(value):
+    """The device type an argument names (a torch.device or a device string), or None."""
+    if isinstance(value, torch.device):
+        return value.type
+    if isinstance(value, str) and re.fullmatch(rf"(cpu|meta|{DEVICE_TYPE})(:\d+)?", value):
+        return torch.device(value).type
+    return None
+
+
+def names_backend_device(value):
+    return device_type_named(value) == DEVICE_TYPE
+
+
+def result_device_type(tree):
+    """Where an op's results belong for these arguments: the device an argument names
+    (device=), else vdev if a vdev tensor is among them, else the CPU."""
+    named = [device_type_named(value) for value in tree_flatten(tree)[0]]
+    named = [device for device in named if device is not None]
+    if named:
+        return named[0]
+    return DEVICE_TYPE if any(t.device.type == DEVICE_TYPE for t in tensors_in(tree)) else "cpu"
+
+
+def same_layout_on(tensor, device):
+    """A copy of `tensor` on `device` with the same storage layout (sizes, strides,
+    offset, and what lies between its elements): ops such as as_strided, random fills
+    and kernel choices depend on it."""
+    if tensor.is_conj() or tensor.is_neg() or tensor.layout != torch.strided or tensor.element_size() == 0:
+        return tensor.to(device, copy=True)
+    storage_elements = tensor.untyped_storage().nbytes() // tensor.element_size()
+    whole_storage = torch.as_strided(tensor, (storage_elements,), (1,), 0)
+    return torch.as_strided(whole_storage.to(device, copy=True), tensor.shape, tensor.stride(), tensor.storage_offset())
+
+
 def to_device(tree, device):
     """The same values on `device`: each tensor becomes a detached copy there, a new
-    leaf that requires grad exactly when the original does."""
+    leaf that requires grad exactly when the original does, and arguments naming a
+    vdev device (factories' device=) name `device`."""
 
     def move(value):
+        if names_backend_device(value):
+            return device
         if not isinstance(value, torch.Tensor):
             return value
-        return value.detach().to(device, copy=True).requires_grad_(value.requires_grad)
+        return same_layout_on(value.detach(), device).requires_grad_(value.requires_grad)
 
     return tree_map(move, tree)
 

@@ -21,7 +21,7 @@ from torch.testing._internal.common_methods_invocations import op_db
 from torch.testing._internal.common_utils import TestCase, run_tests
 from torch.utils._pytree import tree_map
 
-from device_suites import DEVICE_TYPE, expected_failure_decorators, tensors_in, to_cpu
+from device_suites import DEVICE_TYPE, expected_failure_decorators, result_device_type, tensors_in, to_cpu
 
 # One dtype per category, the first the op supports in each list.
 DTYPE_CATEGORIES = (
@@ -79,12 +79,11 @@ class TestOpInfo(TestCase):
             raise CpuRaised(error)
         return fn(sample_on_device), expected
 
-    def assert_matches_cpu(self, op, actual, expected):
+    def assert_matches_cpu(self, op, actual, expected, result_device=DEVICE_TYPE):
         for tensor in tensors_in(actual):
-            self.assertEqual(tensor.device.type, DEVICE_TYPE)
+            self.assertEqual(tensor.device.type, result_device)
         if op.name in UNINITIALIZED_RESULT_OPS:
-            self.assertEqual(actual.shape, expected.shape)
-            self.assertEqual(actual.dtype, expected.dtype)
+            self.assertEqual(tree_map(lambda t: (t.shape, t.dtype), actual), tree_map(lambda t: (t.shape, t.dtype), expected))
         else:
             self.assertEqual(actual, expected, exact_device=False)
 
@@ -101,8 +100,9 @@ class TestOpInfo(TestCase):
     @ops(representative_op_db, dtypes=OpDTypes.supported)
     def test_forward(self, device, dtype, op):
         def check(sample):
-            actual, expected = self.run_on_both(lambda parts: call(op, parts), sample_parts(sample))
-            self.assert_matches_cpu(op, actual, expected)
+            parts = sample_parts(sample)
+            actual, expected = self.run_on_both(lambda parts: call(op, parts), parts)
+            self.assert_matches_cpu(op, actual, expected, result_device_type(parts))
 
         self.for_each_sample(op.sample_inputs(device, dtype), check)
 
@@ -111,7 +111,7 @@ class TestOpInfo(TestCase):
         def check(sample):
             noncontiguous = sample_parts(sample.noncontiguous())
             actual, expected = self.run_on_both(lambda parts: call(op, parts), noncontiguous)
-            self.assert_matches_cpu(op, actual, expected)
+            self.assert_matches_cpu(op, actual, expected, result_device_type(noncontiguous))
 
         self.for_each_sample(op.sample_inputs(device, dtype), check)
 
@@ -123,23 +123,39 @@ class TestOpInfo(TestCase):
                 expected = call(op, to_cpu(parts))
             except Exception:
                 return  # test_forward checks that vdev raises too
-            if not all(isinstance(t, torch.Tensor) for t in (expected if isinstance(expected, (tuple, list)) else [expected])):
+            single = isinstance(expected, torch.Tensor)
+            expected_results = [expected] if single else list(expected)
+            if not all(isinstance(t, torch.Tensor) for t in expected_results):
                 return  # no tensor result to write into
 
-            input, args, kwargs = parts
-            for make_out in (
-                lambda t: torch.empty(t.shape, dtype=t.dtype, device=device),
-                lambda t: torch.empty(0, dtype=t.dtype, device=device),  # resized by the op
-            ):
-                out = tree_map(make_out, expected)
-                if isinstance(out, list):
-                    out = tuple(out)
-                result = call(op, (input, args, {**kwargs, "out": out}))
-                if isinstance(out, torch.Tensor):
-                    self.assertIs(result, out)
-                else:
-                    self.assertTrue(all(r is o for r, o in zip(result, out)), "out= returned other tensors")
-                self.assert_matches_cpu(op, tuple(out) if isinstance(expected, list) else out, expected)
+            def call_with_out(parts, out_device, out_size):
+                """The out= tensors, after checking that the op returned them."""
+                outs = [
+                    torch.empty(t.shape if out_size is None else out_size, dtype=t.dtype, device=out_device)
+                    for t in expected_results
+                ]
+                input, args, kwargs = parts
+                result = call(op, (input, args, {**kwargs, "out": outs[0] if single else tuple(outs)}))
+                results = [result] if single else list(result)
+                self.assertTrue(
+                    len(results) == len(outs) and all(r is o for r, o in zip(results, outs)),
+                    "out= returned other tensors",
+                )
+                return outs
+
+            for out_size in (None, 0):  # of the result, and empty (resized by the op)
+                actual, expected_outs = self.run_on_both(
+                    lambda p: call_with_out(*p, out_size), (parts, device), (to_cpu(parts), "cpu")
+                )
+                try:
+                    self.assert_matches_cpu(op, expected_outs, expected_results, "cpu")
+                except AssertionError:
+                    return  # the CPU fails this sample itself: its out= result is not its result
+                self.assert_matches_cpu(op, actual, expected_outs)
+
+            if any(t.device.type == DEVICE_TYPE for t in tensors_in(parts)):
+                with self.assertRaisesRegex(RuntimeError, "device"):
+                    call_with_out(parts, "cpu", None)
 
         self.for_each_sample(op.sample_inputs(device, dtype), check)
 

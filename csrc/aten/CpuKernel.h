@@ -25,6 +25,10 @@ namespace cpu_kernel {
 inline void note(CpuRedispatch& call, const at::Tensor& tensor) {
   call.note_tensor(tensor);
 }
+// In-place self and out= arguments.
+inline void note(CpuRedispatch& call, at::Tensor& tensor) {
+  call.note_tensor(tensor, CpuRedispatch::CpuTensors::Rejected);
+}
 inline void note(CpuRedispatch& call, const std::optional<at::Tensor>& tensor) {
   if (tensor.has_value()) {
     call.note_tensor(*tensor);
@@ -44,7 +48,7 @@ inline void note(CpuRedispatch& call, const at::ITensorListRef& tensors) {
 inline void note(CpuRedispatch& call, const c10::List<std::optional<at::Tensor>>& tensors) {
   for (const std::optional<at::Tensor>& tensor : tensors) {
     if (tensor.has_value()) {
-      call.note_tensor(*tensor, /*cpu_allowed=*/true);
+      call.note_tensor(*tensor, CpuRedispatch::CpuTensors::Allowed);
     }
   }
 }
@@ -64,22 +68,31 @@ struct Converted {
   Arg value;
 };
 
+// A tensor argument reaches the kernel as the call's one alias of it (made_alias).
 template <>
 struct Converted<const at::Tensor&> {
-  Converted(CpuRedispatch& call, const at::Tensor& tensor) : cpu(call.alias(tensor)) {}
+  Converted(CpuRedispatch& call, const at::Tensor& tensor)
+      : call(call), original(tensor), cpu(call.alias(tensor)) {}
   const at::Tensor& get() {
-    return cpu;
+    const at::Tensor* made = call.made_alias(original);
+    return made != nullptr ? *made : cpu;
   }
+  CpuRedispatch& call;
+  const at::Tensor& original;
   at::Tensor cpu;
 };
 
 // In-place self and out= arguments: the kernel's changes are taken over afterwards.
 template <>
 struct Converted<at::Tensor&> {
-  Converted(CpuRedispatch& call, at::Tensor& tensor) : cpu(call.alias_written(tensor)) {}
+  Converted(CpuRedispatch& call, at::Tensor& tensor)
+      : call(call), original(tensor), cpu(call.alias_written(tensor)) {}
   at::Tensor& get() {
-    return cpu;
+    at::Tensor* made = call.made_alias(original);
+    return made != nullptr ? *made : cpu;
   }
+  CpuRedispatch& call;
+  const at::Tensor& original;
   at::Tensor cpu;
 };
 

@@ -8,7 +8,7 @@
 
 namespace vdev {
 
-void CpuRedispatch::note_tensor(const at::Tensor& tensor, bool cpu_allowed) {
+void CpuRedispatch::note_tensor(const at::Tensor& tensor, CpuTensors cpu) {
   if (!tensor.defined()) {
     return;
   }
@@ -19,7 +19,9 @@ void CpuRedispatch::note_tensor(const at::Tensor& tensor, bool cpu_allowed) {
         "Expected all tensors to be on the same device, but found at least two devices, ",
         make_device(device_), " and ", tensor.device(), "! (in ", op_name_, ")");
     device_ = index;
-  } else if (!cpu_allowed && tensor.device().is_cpu() && tensor.dim() > 0) {
+  } else if (
+      tensor.device().is_cpu() &&
+      (cpu == CpuTensors::Rejected || (cpu == CpuTensors::ScalarsAllowed && tensor.dim() > 0))) {
     saw_cpu_tensor_ = true;
   }
 }
@@ -52,15 +54,29 @@ at::Tensor CpuRedispatch::alias(const at::Tensor& tensor) {
   if (!is_vdev(tensor)) {
     return tensor;
   }
+  // A tensor passed twice (self and out= of an in-place op) is one CPU tensor too:
+  // kernels tell in-place calls by identity.
+  if (const at::Tensor* made = made_alias(tensor)) {
+    return *made;
+  }
   at::Tensor cpu = reusable_cpu_alias(tensor);
   storages_.emplace_back(cpu.storage().unsafeGetStorageImpl(), tensor.storage());
   lent_.emplace_back(tensor.unsafeGetTensorImpl(), cpu);
   return cpu;
 }
 
+at::Tensor* CpuRedispatch::made_alias(const at::Tensor& tensor) {
+  for (auto& [lent_tensor, lent_alias] : lent_) {
+    if (lent_tensor == tensor.unsafeGetTensorImpl()) {
+      return &lent_alias;
+    }
+  }
+  return nullptr;
+}
+
 at::Tensor CpuRedispatch::alias_written(const at::Tensor& tensor) {
   at::Tensor cpu = alias(tensor);
-  if (is_vdev(tensor)) {
+  if (is_vdev(tensor) && written_original(cpu) == nullptr) {
     written_.push_back(Written{&tensor, cpu, cpu.storage().data()});
   }
   return cpu;
@@ -71,7 +87,8 @@ at::Generator CpuRedispatch::generator(const std::optional<at::Generator>& gener
 }
 
 // A kernel may resize a written argument: its alias then holds new device memory
-// (allocated through the alias storage's allocator) and new geometry.
+// (allocated through the alias storage's allocator), new geometry, or a conjugate or
+// negative bit.
 void CpuRedispatch::update_written() {
   for (Written& written : written_) {
     c10::StorageImpl* cpu_storage = written.cpu.storage().unsafeGetStorageImpl();
@@ -82,6 +99,13 @@ void CpuRedispatch::update_written() {
       c10::StorageImpl* device_storage = original->storage().unsafeGetStorageImpl();
       device_storage->set_data_ptr_noswap(std::move(data));
       device_storage->set_nbytes(cpu_storage->nbytes());
+    }
+    // Some kernels leave their result a lazy conjugate (linalg_lu_solve with left=False).
+    if (written.cpu.is_conj() != original->is_conj()) {
+      original->_set_conj(written.cpu.is_conj());
+    }
+    if (written.cpu.is_neg() != original->is_neg()) {
+      original->_set_neg(written.cpu.is_neg());
     }
     if (written.cpu.sizes() != original->sizes() ||
         written.cpu.strides() != original->strides() ||

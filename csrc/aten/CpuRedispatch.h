@@ -33,9 +33,12 @@ class CpuRedispatch {
   CpuRedispatch(const CpuRedispatch&) = delete;
   CpuRedispatch& operator=(const CpuRedispatch&) = delete;
 
-  // Device discovery: every vdev tensor must be on one device; CPU tensors with
-  // dimensions are rejected (0-dim CPU scalars and CPU index lists are allowed).
-  void note_tensor(const at::Tensor& tensor, bool cpu_allowed = false);
+  // Which CPU tensors an argument may hold. As on CUDA, an op may read 0-dim CPU
+  // tensors as scalars and take CPU index lists, but writes only device tensors.
+  enum class CpuTensors { ScalarsAllowed, Allowed, Rejected };
+  // Device discovery: every vdev tensor must be on one device, and CPU tensors are
+  // taken as `cpu` says.
+  void note_tensor(const at::Tensor& tensor, CpuTensors cpu = CpuTensors::ScalarsAllowed);
   void note_device(const std::optional<c10::Device>& device);
   // The device the op runs on (the current device if nothing named one).
   c10::DeviceIndex device();
@@ -43,6 +46,11 @@ class CpuRedispatch {
   // The tensors must outlive this object, which hands their aliases back at its end.
   at::Tensor alias(const at::Tensor& tensor);
   at::Tensor alias_written(const at::Tensor& tensor);
+  // The alias made for `tensor` in this call, or nullptr. Kernels are handed these
+  // once all aliases are made, so a tensor passed twice reaches the kernel as one
+  // object, as on the CPU: kernels such as addr_'s tell in-place calls by address.
+  // The reference lasts until the next alias is made.
+  at::Tensor* made_alias(const at::Tensor& tensor);
   // The CPU generator for a vdev generator (or the device's default for none).
   at::Generator generator(const std::optional<at::Generator>& generator);
 

@@ -167,12 +167,16 @@ void run_with_facts(
 
   for (size_t i = 0; i < argument_count; ++i) {
     const c10::IValue& value = originals[i];
+    using CpuTensors = CpuRedispatch::CpuTensors;
+    const CpuTensors cpu = facts.written[i] ? CpuTensors::Rejected
+        : facts.index_list[i]               ? CpuTensors::Allowed
+                                            : CpuTensors::ScalarsAllowed;
     if (value.isTensor()) {
-      call.note_tensor(value.toTensor());
+      call.note_tensor(value.toTensor(), cpu);
     } else if (value.isList()) {
       for (const c10::IValue& element : value.toListRef()) {
         if (element.isTensor()) {
-          call.note_tensor(element.toTensor(), facts.index_list[i]);
+          call.note_tensor(element.toTensor(), cpu);
         }
       }
     } else if (value.isDevice()) {

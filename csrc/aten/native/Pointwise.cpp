@@ -21,6 +21,7 @@
 #include <ATen/ops/clamp_ops.h>
 #include <ATen/ops/clamp_max_ops.h>
 #include <ATen/ops/clamp_min_ops.h>
+#include <ATen/ops/conj_physical_ops.h>
 #include <ATen/ops/copysign_ops.h>
 #include <ATen/ops/cos_ops.h>
 #include <ATen/ops/div_ops.h>
@@ -105,6 +106,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
       at::_ops::add_Tensor,
       at::_ops::add_out,
       at::_ops::add__Tensor,
+      at::_ops::conj_physical_out,
+      at::_ops::conj_physical_,
       at::_ops::sub_Tensor,
       at::_ops::sub_out,
       at::_ops::sub__Tensor,

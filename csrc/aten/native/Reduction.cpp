@@ -15,6 +15,7 @@
 #include <ATen/ops/max_ops.h>
 #include <ATen/ops/mean_ops.h>
 #include <ATen/ops/min_ops.h>
+#include <ATen/ops/mode_ops.h>
 #include <ATen/ops/norm_ops.h>
 #include <ATen/ops/prod_ops.h>
 #include <ATen/ops/std_ops.h>
@@ -28,6 +29,8 @@ namespace vdev {
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   register_cpu_kernels<
       at::_ops::sum_dim_IntList,
+      at::_ops::mode,
+      at::_ops::mode_values,
       at::_ops::sum_IntList_out,
       at::_ops::mean_dim,
       at::_ops::mean_out,
