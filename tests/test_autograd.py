@@ -53,3 +53,22 @@ def test_gradcheck_on_device():
     inputs = torch.randn(3, 3, dtype=torch.float64, device="vdev", requires_grad=True)
     assert torch.autograd.gradcheck(lambda x: (x @ x).tanh(), (inputs,))
     assert torch.autograd.gradgradcheck(lambda x: (x @ x).tanh(), (inputs,))
+
+
+BACKWARD_THEN_EXIT = """
+import torch
+x = torch.randn(2, 3, 6, 6, dtype=torch.float64, device='vdev', requires_grad=True)
+w = torch.randn(4, 3, 3, 3, dtype=torch.float64, device='vdev', requires_grad=True)
+(gx, gw) = torch.autograd.grad(torch.nn.functional.conv2d(x, w).softmax(1).sum(), (x, w))
+print(gx.sum().item() == gx.sum().item())
+"""
+
+
+def test_process_exits_cleanly_right_after_backward(run_in_subprocess):
+    # The autograd device thread may still be releasing the finished graph task (and
+    # with it the Python-owned gradients) when the interpreter starts to exit; that
+    # used to abort the process ("terminate called without an active exception")
+    # in some of the runs.
+    for _ in range(5):
+        result = run_in_subprocess(BACKWARD_THEN_EXIT)
+        assert result.returncode == 0 and result.stdout.strip() == "True", result.stderr

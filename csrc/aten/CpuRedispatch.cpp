@@ -4,6 +4,9 @@
 #include "runtime/Device.h"
 #include "runtime/Generator.h"
 
+#include <ATen/SparseTensorImpl.h>
+#include <ATen/native/SparseTensorUtils.h>
+#include <ATen/ops/_sparse_coo_tensor_with_dims_and_tensors.h>
 #include <ATen/ops/empty_strided.h>
 
 namespace vdev {
@@ -59,8 +62,24 @@ at::Tensor CpuRedispatch::alias(const at::Tensor& tensor) {
   if (const at::Tensor* made = made_alias(tensor)) {
     return *made;
   }
+  if (tensor.is_sparse()) {
+    return alias_sparse(tensor);
+  }
   at::Tensor cpu = reusable_cpu_alias(tensor);
   storages_.emplace_back(cpu.storage().unsafeGetStorageImpl(), tensor.storage());
+  lent_.emplace_back(tensor.unsafeGetTensorImpl(), cpu);
+  return cpu;
+}
+
+at::Tensor CpuRedispatch::alias_sparse(const at::Tensor& tensor) {
+  const at::SparseTensorImpl* sparse = at::sparse::get_sparse_impl(tensor);
+  // Held here: a kernel writing the sparse tensor replaces its indices and values, which
+  // must outlive this object as alias() requires.
+  sparse_parts_.push_back(sparse->indices());
+  sparse_parts_.push_back(sparse->values());
+  at::Tensor cpu = at::_sparse_coo_tensor_with_dims_and_tensors(
+      sparse->sparse_dim(), sparse->dense_dim(), tensor.sizes(), alias(sparse->indices()),
+      alias(sparse->values()), tensor.options().device(c10::kCPU), sparse->coalesced());
   lent_.emplace_back(tensor.unsafeGetTensorImpl(), cpu);
   return cpu;
 }
@@ -77,7 +96,7 @@ at::Tensor* CpuRedispatch::made_alias(const at::Tensor& tensor) {
 at::Tensor CpuRedispatch::alias_written(const at::Tensor& tensor) {
   at::Tensor cpu = alias(tensor);
   if (is_vdev(tensor) && written_original(cpu) == nullptr) {
-    written_.push_back(Written{&tensor, cpu, cpu.storage().data()});
+    written_.push_back(Written{&tensor, cpu, tensor.is_sparse() ? nullptr : cpu.storage().data()});
   }
   return cpu;
 }
@@ -91,6 +110,10 @@ at::Generator CpuRedispatch::generator(const std::optional<at::Generator>& gener
 // negative bit.
 void CpuRedispatch::update_written() {
   for (Written& written : written_) {
+    if (written.cpu.is_sparse()) {
+      update_written_sparse(*written.original, written.cpu);
+      continue;
+    }
     c10::StorageImpl* cpu_storage = written.cpu.storage().unsafeGetStorageImpl();
     c10::TensorImpl* original = written.original->unsafeGetTensorImpl();
     if (cpu_storage->data() != written.original_data) {
@@ -116,6 +139,15 @@ void CpuRedispatch::update_written() {
   }
 }
 
+// A sparse tensor's indices and values may be replaced by the kernel (coalescing,
+// resizing, adding entries): the original takes over the alias's.
+void CpuRedispatch::update_written_sparse(const at::Tensor& original, const at::Tensor& cpu) {
+  at::SparseTensorImpl* sparse = at::sparse::get_sparse_impl(original);
+  sparse->raw_resize_(cpu.sparse_dim(), cpu.dense_dim(), cpu.sizes());
+  sparse->set_indices_and_values_unsafe(to_device(cpu._indices()), to_device(cpu._values()));
+  sparse->set_coalesced(cpu.is_coalesced());
+}
+
 const at::Tensor* CpuRedispatch::written_original(const at::Tensor& cpu_result) const {
   for (const Written& written : written_) {
     if (written.cpu.unsafeGetTensorImpl() == cpu_result.unsafeGetTensorImpl()) {
@@ -129,6 +161,14 @@ at::Tensor CpuRedispatch::to_device(const at::Tensor& cpu) {
   if (!cpu.defined() || !cpu.device().is_cpu()) {
     return cpu;
   }
+  if (cpu.is_sparse()) {
+    return at::_sparse_coo_tensor_with_dims_and_tensors(
+        cpu.sparse_dim(), cpu.dense_dim(), cpu.sizes(), to_device(cpu._indices()),
+        to_device(cpu._values()), cpu.options().device(make_device(device_)), cpu.is_coalesced());
+  }
+  TORCH_CHECK_NOT_IMPLEMENTED(
+      cpu.layout() == c10::kStrided, kBackendName, " supports strided and sparse COO tensors, not ",
+      cpu.layout(), " ones (", op_name_, " returned one)");
   c10::StorageImpl* storage = cpu.storage().unsafeGetStorageImpl();
   for (const auto& [cpu_storage, device_storage] : storages_) {
     if (cpu_storage == storage) {

@@ -23,7 +23,9 @@ namespace vdev {
 //    device's allocator, so fresh outputs already live in device memory;
 //  - results become vdev tensors (to_device): views of an argument's storage, fresh
 //    device memory adopted as is, or - for memory the kernel did not allocate - a copy;
-//  - written arguments take over what the kernel did to their aliases (update_written).
+//  - written arguments take over what the kernel did to their aliases (update_written);
+//  - a sparse COO tensor is a SparseCPU tensor over aliases of its indices and values,
+//    and a sparse result becomes a vdev sparse tensor over its converted ones.
 // Used by the boxed fallback and by the unboxed native kernels (CpuKernel.h).
 class CpuRedispatch {
  public:
@@ -82,6 +84,10 @@ class CpuRedispatch {
     const void* original_data;
   };
 
+  // A sparse COO vdev tensor as a SparseCPU tensor over aliases of its indices and values.
+  at::Tensor alias_sparse(const at::Tensor& tensor);
+  void update_written_sparse(const at::Tensor& original, const at::Tensor& cpu);
+
   const char* op_name_;
   c10::DeviceIndex device_ = -1;
   bool saw_cpu_tensor_ = false;
@@ -91,6 +97,7 @@ class CpuRedispatch {
   // owned: a new reference to a tensor that only Python holds takes the GIL (to keep
   // its Python object alive), twice per argument; the caller holds them.
   c10::SmallVector<std::pair<c10::TensorImpl*, at::Tensor>, 4> lent_;
+  c10::SmallVector<at::Tensor, 0> sparse_parts_;
 };
 
 } // namespace vdev

@@ -43,9 +43,10 @@ at::Tensor empty_strided(
     std::optional<bool> pin_memory) {
   check_options(layout, pin_memory);
   at::detail::check_size_nonnegative(size);
+  // The CPU's wording, which PyTorch's tests match.
   TORCH_CHECK(
-      size.size() == stride.size(), "empty_strided: ", size.size(), " sizes but ",
-      stride.size(), " strides");
+      size.size() == stride.size(), "dimensionality of sizes (", size.size(),
+      ") must match dimensionality of strides (", stride.size(), ")");
   const c10::ScalarType scalar_type = dtype.value_or(c10::get_default_dtype_as_scalartype());
   const size_t nbytes =
       at::detail::computeStorageNbytes(size, stride, c10::elementSize(scalar_type));

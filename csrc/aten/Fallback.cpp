@@ -12,6 +12,7 @@
 #include <c10/util/SmallVector.h>
 
 #include <cstdlib>
+#include <string_view>
 #include <memory>
 #include <mutex>
 
@@ -250,7 +251,11 @@ void reset_fallback_stats() {
   registry().reset();
 }
 
-void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+namespace {
+
+// `cpu_key` is the key of the CPU kernels that run: CPU, or SparseCPU when a sparse
+// tensor is among the arguments (sparse kernels also take the dense ones).
+void fallback_to(c10::DispatchKey cpu_key, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   static const FallbackMode mode = read_fallback_mode();
   bool first_call = false;
   const OperatorFacts& facts = registry().count(op, first_call);
@@ -262,13 +267,79 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
         full_name(op.schema()), " has no ", kBackendName,
         " kernel: running ATen's CPU kernel on device memory");
   }
-  run_with_facts(op, facts, stack, [&op](torch::jit::Stack* cpu_stack) {
-    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), cpu_stack);
+  run_with_facts(op, facts, stack, [&op, cpu_key](torch::jit::Stack* cpu_stack) {
+    op.redispatchBoxed(c10::DispatchKeySet(cpu_key), cpu_stack);
   });
 }
 
+void sparse_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  fallback_to(c10::DispatchKey::SparseCPU, op, stack);
+}
+
+} // namespace
+
+void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  fallback_to(c10::DispatchKey::CPU, op, stack);
+}
+
+namespace {
+
+// An op with both a CPU (SparseCPU) kernel and a CompositeExplicitAutograd(NonFunctional)
+// one reaches the composite on vdev, not the fallback: for structured ops a meta
+// function, `empty`, then the boxed .out (twice the work of the CPU's fused kernel);
+// for others ATen's generic version, which may differ from the CPU's (native_group_norm's
+// views reject channels-last input; dense composites cannot take sparse tensors). vdev
+// runs the CPU kernel instead, through the fallback. Done at first use, when every vdev
+// kernel of the library is registered.
+void prefer_cpu_kernels_to_composites(
+    torch::Library& library, c10::DispatchKey cpu_key, c10::DispatchKey vdev_key,
+    torch::CppFunction (*fallback)()) {
+  c10::Dispatcher& dispatcher = c10::Dispatcher::singleton();
+  for (const c10::OperatorName& name : dispatcher.getAllOpNames()) {
+    constexpr std::string_view kAtenPrefix = "aten::";
+    if (name.name.compare(0, kAtenPrefix.size(), kAtenPrefix) != 0) {
+      continue;
+    }
+    const std::optional<c10::OperatorHandle> op = dispatcher.findOp(name);
+    if (!op.has_value() || op->hasKernelForDispatchKey(vdev_key) || !op->hasKernelForDispatchKey(cpu_key) ||
+        !(op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) ||
+          op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional))) {
+      continue;
+    }
+    std::string unqualified = name.name.substr(kAtenPrefix.size());
+    if (!name.overload_name.empty()) {
+      unqualified += "." + name.overload_name;
+    }
+    library.impl(unqualified.c_str(), fallback());
+  }
+}
+
+// Never destroyed: unregistering kernels while the process exits (with autograd's
+// device threads still about) aborted it.
+template <c10::DispatchKey kVdevKey>
+torch::Library& aten_library() {
+  static auto* library = new torch::Library(torch::Library::IMPL, "aten", kVdevKey, __FILE__, __LINE__);
+  return *library;
+}
+
+void prefer_cpu_kernels() {
+  prefer_cpu_kernels_to_composites(
+      aten_library<c10::DispatchKey::PrivateUse1>(), c10::DispatchKey::CPU, c10::DispatchKey::PrivateUse1,
+      &torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>);
+  prefer_cpu_kernels_to_composites(
+      aten_library<c10::DispatchKey::SparsePrivateUse1>(), c10::DispatchKey::SparseCPU,
+      c10::DispatchKey::SparsePrivateUse1, &torch::CppFunction::makeFromBoxedFunction<&sparse_cpu_fallback>);
+}
+
+} // namespace
+
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
+  on_first_init(&prefer_cpu_kernels);
+}
+
+TORCH_LIBRARY_IMPL(_, SparsePrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&sparse_cpu_fallback>());
 }
 
 } // namespace vdev

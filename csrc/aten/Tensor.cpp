@@ -184,9 +184,12 @@ at::Tensor reusable_cpu_alias(const at::Tensor& tensor) {
 
 void release_cpu_alias(c10::TensorImpl& tensor, at::Tensor&& alias) {
   auto* owner = dynamic_cast<TensorImpl*>(&tensor);
+  if (owner == nullptr) {
+    return;  // not a dense vdev tensor (a sparse one, or a CPU tensor holding vdev memory)
+  }
   c10::TensorImpl* impl = alias.unsafeGetTensorImpl();
   const c10::Storage& storage = impl->storage();
-  if (owner == nullptr || alias.use_count() != 1 || storage.use_count() != 1 ||
+  if (alias.use_count() != 1 || storage.use_count() != 1 ||
       impl->pyobj_slot()->load_pyobj() != nullptr ||
       storage.unsafeGetStorageImpl()->pyobj_slot()->load_pyobj() != nullptr) {
     return;

@@ -12,6 +12,7 @@
 #include "runtime/Stream.h"
 
 #include <torch/csrc/Event.h>
+#include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/Exceptions.h>
 #include <pybind11/stl.h>
 #include <torch/csrc/Generator.h>
@@ -64,6 +65,20 @@ PYBIND11_MODULE(_C, m) {
     // creation from Python would skip torch.vdev._lazy_init and its error.
     torch::utils::register_fork_handler_for_device_init(vdev::kDeviceType);
     vdev::lazy_init();
+  });
+  // Python must not start finalizing while an autograd device thread still holds a
+  // finished graph task whose release needs the GIL (results with Python objects): the
+  // thread would take the GIL during finalization, which aborts the process (an open
+  // PyTorch race for every device with autograd threads). A backward on each device,
+  // run with the GIL released, returns once that thread is past any earlier graph
+  // task; its own graph holds no Python objects.
+  m.def("drain_autograd_device_threads", [] {
+    pybind11::gil_scoped_release no_gil;
+    at::AutoGradMode enable_grad(true);
+    for (c10::DeviceIndex index = 0; index < vdev::device_count(); ++index) {
+      at::Tensor leaf = at::zeros({1}, at::TensorOptions().device(vdev::make_device(index))).requires_grad_();
+      torch::autograd::backward({leaf.sum()});
+    }
   });
   m.def("is_initialized", [] { return vdev::is_initialized(); });
   m.def("is_in_bad_fork", [] { return vdev::is_in_bad_fork(); });

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <mutex>
 #include <string>
+#include <vector>
 
 namespace vdev {
 namespace {
@@ -43,6 +44,11 @@ void mark_child_bad() {
   in_bad_fork = true;
 }
 
+std::vector<void (*)()>& first_init_hooks() {
+  static std::vector<void (*)()> hooks;
+  return hooks;
+}
+
 } // namespace
 
 void lazy_init() {
@@ -53,11 +59,18 @@ void lazy_init() {
       !in_bad_fork,
       "Cannot re-initialize ", kBackendName, " in forked subprocess. To use ", kBackendName,
       " with multiprocessing, you must use the 'spawn' start method");
-  static std::once_flag register_fork_handler;
-  std::call_once(register_fork_handler, [] {
+  static std::once_flag first_init;
+  std::call_once(first_init, [] {
     pthread_atfork(nullptr, nullptr, &mark_child_bad);
+    for (void (*hook)() : first_init_hooks()) {
+      hook();
+    }
   });
   initialized = true;
+}
+
+void on_first_init(void (*hook)()) {
+  first_init_hooks().push_back(hook);
 }
 
 bool is_initialized() {

@@ -18,6 +18,7 @@ def _autoload() -> None:
     torch runs the entry point while this module is still initialising."""
 
 
+import atexit  # noqa: E402
 import os  # noqa: E402
 
 import torch  # noqa: E402
@@ -53,5 +54,11 @@ def _register_backend() -> None:
     torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
 
 
+def _drain_autograd_device_threads() -> None:
+    if _C.is_initialized():
+        _C.drain_autograd_device_threads()
+
+
 if not hasattr(torch, BACKEND_NAME):
     _register_backend()
+    atexit.register(_drain_autograd_device_threads)
