@@ -110,6 +110,53 @@ def test_mixing_devices_is_rejected(mix):
         mix(on_zero, torch.ones(3))
 
 
+@pytest.mark.parametrize(
+    "write_into",
+    [
+        lambda x, cpu: torch.nonzero(x, out=cpu.long()),  # native kernel
+        lambda x, cpu: torch.logaddexp(x, x, out=cpu),  # boxed fallback
+        lambda x, cpu: cpu.add_(x),
+    ],
+)
+def test_zero_dim_cpu_tensors_are_not_written(write_into):
+    # A 0-dim CPU tensor passes for a scalar argument, but an op writes device tensors only.
+    cpu = torch.tensor(0.0)
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device.*vdev:0 and cpu"):
+        write_into(torch.ones(3, device="vdev"), cpu)
+    assert cpu.shape == () and cpu.item() == 0.0
+
+
+def test_in_place_kernels_see_self_and_out_as_one_tensor():
+    # addr_ is addr(self, ..., out=self); the CPU kernel tells it by identity and then
+    # refuses a self it would have to broadcast.
+    for device in ("cpu", "vdev"):
+        with pytest.raises(RuntimeError, match="2D tensor expected, got 0D tensor"):
+            torch.tensor(1.0, device=device).addr_(torch.ones(5, device=device), torch.ones(10, device=device))
+
+
+def test_results_left_lazily_conjugated_stay_so():
+    torch.manual_seed(0)
+    lu, pivots = torch.linalg.lu_factor(torch.randn(3, 3, dtype=torch.complex64))
+    rhs = torch.randn(4, 3, dtype=torch.complex64)
+    expected = torch.linalg.lu_solve(lu, pivots, rhs, left=False)
+    actual = torch.linalg.lu_solve(lu.to("vdev"), pivots.to("vdev"), rhs.to("vdev"), left=False)
+    assert actual.is_conj() == expected.is_conj()
+    assert_close(actual.cpu(), expected)
+
+
+def test_cpu_kernels_are_preferred_to_composites():
+    # native_group_norm's generic (composite) version rejects channels-last input;
+    # logaddexp's would run a meta function, empty and logaddexp.out.
+    group_norm = torch.nn.GroupNorm(2, 4)
+    x = torch.randn(2, 4, 3, 3).to(memory_format=torch.channels_last)
+    on_vdev = torch.nn.GroupNorm(2, 4).vdev()
+    on_vdev.load_state_dict(group_norm.state_dict())
+    assert_close(on_vdev(x.vdev()).cpu(), group_norm(x))
+    torch_vdev.reset_fallback_stats()
+    torch.logaddexp(torch.ones(2, device="vdev"), torch.ones(2, device="vdev"))
+    assert torch_vdev.fallback_stats() == {"aten::logaddexp": 1}
+
+
 def test_cpu_kernel_errors_pass_through_and_process_stays_usable():
     with pytest.raises(RuntimeError, match="must match the size"):
         torch.logaddexp(torch.ones(3, device="vdev"), torch.ones(4, device="vdev"))
