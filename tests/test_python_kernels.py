@@ -515,6 +515,9 @@ def test_decompositions_reach_the_tables_kernels():
 def test_default_decompositions_leave_vdevs_own_kernels_composites_and_views():
     environment = torch_vdev.BackendEnvironment({aten.addcmul.default: lambda *args, **kw: NotImplemented})
     environment.register_default_decompositions()
+    # Once vdev is in use, hardshrink's CPU kernel runs through the fallback (it is
+    # registered for it, as no kernel of vdev's own).
+    assert "aten::hardshrink" in torch_vdev._C.ops_sent_to_fallback()
     with environment.install() as registration:
         decomposed = set(registration.ops)
         # Ops without a vdev kernel get their decompositions; vdev's native kernels stay.
@@ -522,8 +525,9 @@ def test_default_decompositions_leave_vdevs_own_kernels_composites_and_views():
         assert aten.fill_.Scalar not in decomposed and aten.hardswish.default not in decomposed
         assert aten.linear.default not in decomposed  # decomposes before reaching vdev
         assert aten.t.default not in decomposed and aten.detach.default not in decomposed  # views
-        assert torch._C._dispatch_has_kernel_for_dispatch_key("aten::hardshrink", "PrivateUse1")
-    assert not torch._C._dispatch_has_kernel_for_dispatch_key("aten::hardshrink", "PrivateUse1")
+    torch_vdev.reset_fallback_stats()
+    torch.nn.functional.hardshrink(torch.ones(2, device="vdev"))
+    assert torch_vdev.fallback_stats() == {"aten::hardshrink": 1}  # the decomposition is gone
 
 
 @pytest.mark.parametrize(

@@ -291,6 +291,11 @@ namespace {
 // views reject channels-last input; dense composites cannot take sparse tensors). vdev
 // runs the CPU kernel instead, through the fallback. Done at first use, when every vdev
 // kernel of the library is registered.
+std::vector<std::string>& sent_to_fallback() {
+  static std::vector<std::string> names;
+  return names;
+}
+
 void prefer_cpu_kernels_to_composites(
     torch::Library& library, c10::DispatchKey cpu_key, c10::DispatchKey vdev_key,
     torch::CppFunction (*fallback)()) {
@@ -311,6 +316,7 @@ void prefer_cpu_kernels_to_composites(
       unqualified += "." + name.overload_name;
     }
     library.impl(unqualified.c_str(), fallback());
+    sent_to_fallback().push_back(std::string(kAtenPrefix) + unqualified);
   }
 }
 
@@ -332,6 +338,10 @@ void prefer_cpu_kernels() {
 }
 
 } // namespace
+
+std::vector<std::string> ops_sent_to_fallback() {
+  return is_initialized() ? sent_to_fallback() : std::vector<std::string>();
+}
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());

@@ -112,6 +112,7 @@ PYBIND11_MODULE(_C, m) {
     return generators;
   });
   m.def("fallback_stats", [] { return vdev::fallback_stats(); });
+  m.def("ops_sent_to_fallback", [] { return vdev::ops_sent_to_fallback(); });
   m.def("reset_fallback_stats", [] { vdev::reset_fallback_stats(); });
 
   m.def("current_stream", [](int index) {

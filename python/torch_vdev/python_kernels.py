@@ -230,7 +230,11 @@ def _decomposes_already(op: OpOverload) -> bool:
 
 
 def _has_vdev_kernel(op: OpOverload) -> bool:
-    return torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "PrivateUse1")
+    # Ops whose CPU kernel vdev prefers to their composite are registered with the
+    # fallback itself: they have no kernel of vdev's own.
+    return torch._C._dispatch_has_kernel_for_dispatch_key(
+        op.name(), "PrivateUse1"
+    ) and op.name() not in _C.ops_sent_to_fallback()
 
 
 def _is_view(op: OpOverload) -> bool:
