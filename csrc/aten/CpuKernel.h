@@ -68,32 +68,34 @@ struct Converted {
   Arg value;
 };
 
-// A tensor argument reaches the kernel as the call's one alias of it (made_alias).
+// A tensor argument reaches the kernel as the call's one alias of it (made_alias),
+// which the call holds: looked up when the kernel is called, as making later aliases
+// may move it. A tensor that is not vdev's reaches the kernel as is.
 template <>
 struct Converted<const at::Tensor&> {
-  Converted(CpuRedispatch& call, const at::Tensor& tensor)
-      : call(call), original(tensor), cpu(call.alias(tensor)) {}
+  Converted(CpuRedispatch& call, const at::Tensor& tensor) : call(call), original(tensor) {
+    call.alias(tensor);
+  }
   const at::Tensor& get() {
     const at::Tensor* made = call.made_alias(original);
-    return made != nullptr ? *made : cpu;
+    return made != nullptr ? *made : original;
   }
   CpuRedispatch& call;
   const at::Tensor& original;
-  at::Tensor cpu;
 };
 
 // In-place self and out= arguments: the kernel's changes are taken over afterwards.
 template <>
 struct Converted<at::Tensor&> {
-  Converted(CpuRedispatch& call, at::Tensor& tensor)
-      : call(call), original(tensor), cpu(call.alias_written(tensor)) {}
+  Converted(CpuRedispatch& call, at::Tensor& tensor) : call(call), original(tensor) {
+    call.alias_written(tensor);
+  }
   at::Tensor& get() {
     at::Tensor* made = call.made_alias(original);
-    return made != nullptr ? *made : cpu;
+    return made != nullptr ? *made : original;
   }
   CpuRedispatch& call;
-  const at::Tensor& original;
-  at::Tensor cpu;
+  at::Tensor& original;
 };
 
 template <>

@@ -50,7 +50,7 @@ CpuRedispatch::~CpuRedispatch() {
   }
 }
 
-at::Tensor CpuRedispatch::alias(const at::Tensor& tensor) {
+const at::Tensor& CpuRedispatch::alias(const at::Tensor& tensor) {
   if (!is_vdev(tensor)) {
     return tensor;
   }
@@ -60,9 +60,9 @@ at::Tensor CpuRedispatch::alias(const at::Tensor& tensor) {
     return *made;
   }
   at::Tensor cpu = reusable_cpu_alias(tensor);
-  storages_.emplace_back(cpu.storage().unsafeGetStorageImpl(), tensor.storage());
-  lent_.emplace_back(tensor.unsafeGetTensorImpl(), cpu);
-  return cpu;
+  storages_.emplace_back(
+      cpu.storage().unsafeGetStorageImpl(), tensor.storage().unsafeGetStorageImpl());
+  return lent_.emplace_back(tensor.unsafeGetTensorImpl(), std::move(cpu)).second;
 }
 
 at::Tensor* CpuRedispatch::made_alias(const at::Tensor& tensor) {
@@ -74,8 +74,8 @@ at::Tensor* CpuRedispatch::made_alias(const at::Tensor& tensor) {
   return nullptr;
 }
 
-at::Tensor CpuRedispatch::alias_written(const at::Tensor& tensor) {
-  at::Tensor cpu = alias(tensor);
+const at::Tensor& CpuRedispatch::alias_written(const at::Tensor& tensor) {
+  const at::Tensor& cpu = alias(tensor);
   if (is_vdev(tensor) && written_original(cpu) == nullptr) {
     written_.push_back(Written{&tensor, cpu, cpu.storage().data()});
   }
@@ -132,7 +132,9 @@ at::Tensor CpuRedispatch::to_device(const at::Tensor& cpu) {
   c10::StorageImpl* storage = cpu.storage().unsafeGetStorageImpl();
   for (const auto& [cpu_storage, device_storage] : storages_) {
     if (cpu_storage == storage) {
-      return view_of_storage(device_storage, cpu, cpu.sizes(), cpu.strides(), cpu.storage_offset());
+      return view_of_storage(
+          c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(device_storage)), cpu,
+          cpu.sizes(), cpu.strides(), cpu.storage_offset());
     }
   }
   if (owns_device_memory(storage->data_ptr())) {
