@@ -31,6 +31,20 @@ def test_in_place_returns_the_same_tensor_and_bumps_version():
     assert_close(tensor.cpu(), expected)
 
 
+def test_structured_ops_run_their_own_cpu_kernel_through_the_fallback():
+    # Not PyTorch's composite (meta function, empty, then the out= variant).
+    first, second = torch.randn(6), torch.randn(6)
+    device_first = first.to("vdev")
+    torch_vdev.reset_fallback_stats()
+    result = torch.logaddexp(device_first, second.to("vdev"))
+    in_place = device_first.clone()
+    assert in_place.heaviside_(second.to("vdev")) is in_place
+    assert torch_vdev.fallback_stats() == {"aten::logaddexp": 1, "aten::heaviside_": 1}
+    assert is_vdev_impl(result)
+    assert_close(result.cpu(), torch.logaddexp(first, second))
+    assert_close(in_place.cpu(), torch.heaviside(first, second))
+
+
 def test_out_argument_is_written_and_resized():
     source_cpu = torch.randn(3, 4)
     out = torch.empty(0, device="vdev")

@@ -297,6 +297,28 @@ def test_out_kernel_resizes_and_writes_out():
     assert torch.vdev.memory_allocated() >= out.nbytes
 
 
+def test_out_kernel_serves_the_functional_and_in_place_variants_until_removed():
+    # As through PyTorch's composite for structured ops, which vdev otherwise bypasses.
+    calls = []
+
+    @torch_vdev.kernel(aten.heaviside.out)
+    def heaviside_out(x, values, *, out):
+        calls.append(1)
+        out.resize_(x.shape)
+        np.heaviside(x.numpy(), values.numpy(), out=out.numpy())
+        return out
+
+    a, b = torch.randn(5), torch.randn(5)
+    assert_close(torch.heaviside(a.to("vdev"), b.to("vdev")).cpu(), torch.heaviside(a, b))
+    assert_close(a.to("vdev").heaviside_(b.to("vdev")).cpu(), torch.heaviside(a, b))
+    assert calls == [1, 1]
+    heaviside_out.remove()
+    torch_vdev.reset_fallback_stats()
+    assert_close(torch.heaviside(a.to("vdev"), b.to("vdev")).cpu(), torch.heaviside(a, b))
+    assert calls == [1, 1]
+    assert torch_vdev.fallback_stats() == {"aten::heaviside": 1}
+
+
 def test_out_kernel_with_several_outputs_may_return_none():
     @torch_vdev.kernel(aten.aminmax.out)
     def aminmax_out(x, *, dim=None, keepdim=False, min, max):
@@ -522,8 +544,8 @@ def test_default_decompositions_leave_vdevs_own_kernels_composites_and_views():
         assert aten.fill_.Scalar not in decomposed and aten.hardswish.default not in decomposed
         assert aten.linear.default not in decomposed  # decomposes before reaching vdev
         assert aten.t.default not in decomposed and aten.detach.default not in decomposed  # views
-        assert torch._C._dispatch_has_kernel_for_dispatch_key("aten::hardshrink", "PrivateUse1")
-    assert not torch._C._dispatch_has_kernel_for_dispatch_key("aten::hardshrink", "PrivateUse1")
+        assert torch_vdev._C.has_vdev_kernel("aten::hardshrink", "")
+    assert not torch_vdev._C.has_vdev_kernel("aten::hardshrink", "")
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,9 @@
 #include <cstdlib>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <unordered_map>
+#include <vector>
 
 namespace vdev {
 namespace {
@@ -265,6 +268,124 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   run_with_facts(op, facts, stack, [&op](torch::jit::Stack* cpu_stack) {
     op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), cpu_stack);
   });
+}
+
+namespace {
+
+// `name` without the in-place variant's trailing underscore (dunder names keep theirs).
+std::string family_of(const c10::OperatorName& name) {
+  const std::string& base = name.name;
+  const bool in_place = base.size() > 2 && base.back() == '_' && base[base.size() - 2] != '_';
+  return in_place ? base.substr(0, base.size() - 1) : base;
+}
+
+// The direct fallbacks (see register_direct_fallbacks), by op family.
+class DirectFallbacks {
+ public:
+  void register_all() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (registered_) {
+      return;
+    }
+    registered_ = true;
+    c10::Dispatcher& dispatcher = c10::Dispatcher::singleton();
+    for (const c10::OperatorName& name : dispatcher.getAllOpNames()) {
+      std::optional<c10::OperatorHandle> op = dispatcher.findOp(name);
+      if (op.has_value() &&
+          op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional) &&
+          op->hasKernelForDispatchKey(c10::DispatchKey::CPU) &&
+          !op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) {
+        families_[family_of(name)].ops.push_back(Op{name, std::nullopt});
+      }
+    }
+    for (auto& [family, members] : families_) {
+      register_family(members);
+    }
+  }
+
+  bool is_registered(const c10::OperatorName& name) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto found = families_.find(family_of(name));
+    if (found == families_.end()) {
+      return false;
+    }
+    for (const Op& op : found->second.ops) {
+      if (op.name == name) {
+        return op.registration.has_value();
+      }
+    }
+    return false;
+  }
+
+  void withdraw(const std::string& family) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Family& members = families_[family];
+    if (members.withdrawals++ == 0) {
+      for (Op& op : members.ops) {
+        op.registration.reset();
+      }
+    }
+  }
+
+  void restore(const std::string& family) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Family& members = families_[family];
+    if (--members.withdrawals == 0 && registered_) {
+      register_family(members);
+    }
+  }
+
+ private:
+  struct Op {
+    c10::OperatorName name;
+    std::optional<c10::RegistrationHandleRAII> registration;
+  };
+  struct Family {
+    std::vector<Op> ops;
+    int withdrawals = 0;
+  };
+
+  static void register_family(Family& members) {
+    if (members.withdrawals > 0) {
+      return;
+    }
+    for (Op& op : members.ops) {
+      op.registration.emplace(c10::Dispatcher::singleton().registerImpl(
+          op.name, c10::DispatchKey::PrivateUse1,
+          c10::KernelFunction::makeFromBoxedFunction<&cpu_fallback>(), std::nullopt, nullptr,
+          "direct fallback registered by torch_vdev"));
+    }
+  }
+
+  std::mutex mutex_;
+  bool registered_ = false;
+  std::unordered_map<std::string, Family> families_;
+};
+
+DirectFallbacks& direct_fallbacks() {
+  // Leaked on purpose: registrations must not be undone during static destruction.
+  static DirectFallbacks* instance = new DirectFallbacks();
+  return *instance;
+}
+
+} // namespace
+
+void register_direct_fallbacks() {
+  direct_fallbacks().register_all();
+}
+
+bool has_vdev_kernel(const c10::OperatorHandle& op) {
+  return op.hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1) &&
+      !direct_fallbacks().is_registered(op.operator_name());
+}
+
+DirectFallbacksWithdrawn::DirectFallbacksWithdrawn(const c10::OperatorHandle& op)
+    : family_(family_of(op.operator_name())) {
+  direct_fallbacks().withdraw(family_);
+}
+
+DirectFallbacksWithdrawn::~DirectFallbacksWithdrawn() {
+  direct_fallbacks().restore(family_);
 }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {

@@ -1,5 +1,7 @@
 #include "runtime/Device.h"
 
+#include "aten/Fallback.h"
+
 #include <c10/core/DeviceType.h>
 #include <c10/util/Exception.h>
 
@@ -57,6 +59,8 @@ void lazy_init() {
   std::call_once(register_fork_handler, [] {
     pthread_atfork(nullptr, nullptr, &mark_child_bad);
   });
+  // For C++ apps; torch_vdev's import has registered them already.
+  register_direct_fallbacks();
   initialized = true;
 }
 

@@ -230,7 +230,7 @@ def _decomposes_already(op: OpOverload) -> bool:
 
 
 def _has_vdev_kernel(op: OpOverload) -> bool:
-    return torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "PrivateUse1")
+    return _C.has_vdev_kernel(op._schema.name, op._schema.overload_name)
 
 
 def _is_view(op: OpOverload) -> bool:
