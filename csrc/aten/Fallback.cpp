@@ -12,6 +12,7 @@
 #include <c10/util/SmallVector.h>
 
 #include <cstdlib>
+#include <iterator>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -160,12 +161,13 @@ void run_with_facts(
   const c10::FunctionSchema& schema = op.schema();
   const size_t argument_count = facts.written.size();
   const size_t first = stack->size() - argument_count;
-  // The original arguments: written ones are the results of in-place and out= ops,
-  // and CpuRedispatch refers to them by address (so they outlive it). The addresses
-  // stay put: `originals` is never resized, and a list's elements live in the list it
-  // holds.
+  // The original arguments, moved out of the stack, whose slots get the converted ones:
+  // written ones are the results of in-place and out= ops, and CpuRedispatch refers to
+  // them by address (so they outlive it). The addresses stay put: `originals` is never
+  // resized, and a list's elements live in the list it holds.
   const c10::SmallVector<c10::IValue, 8> originals(
-      stack->begin() + static_cast<std::ptrdiff_t>(first), stack->end());
+      std::make_move_iterator(stack->begin() + static_cast<std::ptrdiff_t>(first)),
+      std::make_move_iterator(stack->end()));
   CpuRedispatch call(schema.name().c_str());
 
   for (size_t i = 0; i < argument_count; ++i) {
@@ -210,6 +212,8 @@ void run_with_facts(
       value = call.generator(original.toGenerator());
     } else if (original.isNone() && facts.optional_generator[i]) {
       value = call.generator(std::nullopt);
+    } else {
+      value = original;
     }
   }
 
