@@ -62,6 +62,21 @@ def test_overrides_are_in_the_graph():
     assert "MmFunction" in (a @ b).grad_fn.name()
 
 
+def test_mm_gradients_have_cpus_layout():
+    # A weight used transposed gets a gradient laid out as the weight, as on CPU, which
+    # AccumulateGrad then takes without a copy.
+    inputs, weight = torch.randn(6, 4), torch.randn(5, 4)
+    gradients = {}
+    for device in ("cpu", "vdev"):
+        device_inputs = inputs.to(device).t().requires_grad_()
+        device_weight = weight.to(device).requires_grad_()
+        product = device_inputs.t().mm(device_weight.t())
+        gradients[device] = torch.autograd.grad(product.square().sum(), (device_inputs, device_weight))
+    for vdev_gradient, cpu_gradient in zip(gradients["vdev"], gradients["cpu"]):
+        assert vdev_gradient.stride() == cpu_gradient.stride()
+        assert_close(vdev_gradient.cpu(), cpu_gradient, rtol=0, atol=0)
+
+
 def test_dropout_backward_uses_the_same_mask():
     x = torch.ones(1000, device="vdev", requires_grad=True)
     output = F.dropout(x, 0.3, training=True)

@@ -31,6 +31,20 @@ def test_in_place_returns_the_same_tensor_and_bumps_version():
     assert_close(tensor.cpu(), expected)
 
 
+def test_structured_ops_run_their_own_cpu_kernel_through_the_fallback():
+    # Not PyTorch's composite (meta function, empty, then the out= variant).
+    first, second = torch.randn(6), torch.randn(6)
+    device_first = first.to("vdev")
+    torch_vdev.reset_fallback_stats()
+    result = torch.logaddexp(device_first, second.to("vdev"))
+    in_place = device_first.clone()
+    assert in_place.heaviside_(second.to("vdev")) is in_place
+    assert torch_vdev.fallback_stats() == {"aten::logaddexp": 1, "aten::heaviside_": 1}
+    assert is_vdev_impl(result)
+    assert_close(result.cpu(), torch.logaddexp(first, second))
+    assert_close(in_place.cpu(), torch.heaviside(first, second))
+
+
 def test_out_argument_is_written_and_resized():
     source_cpu = torch.randn(3, 4)
     out = torch.empty(0, device="vdev")
@@ -144,17 +158,15 @@ def test_results_left_lazily_conjugated_stay_so():
     assert_close(actual.cpu(), expected)
 
 
-def test_cpu_kernels_are_preferred_to_composites():
-    # native_group_norm's generic (composite) version rejects channels-last input;
-    # logaddexp's would run a meta function, empty and logaddexp.out.
+def test_cpu_kernels_are_preferred_to_generic_composites():
+    # native_group_norm's generic (composite) version rejects channels-last input.
     group_norm = torch.nn.GroupNorm(2, 4)
     x = torch.randn(2, 4, 3, 3).to(memory_format=torch.channels_last)
     on_vdev = torch.nn.GroupNorm(2, 4).vdev()
     on_vdev.load_state_dict(group_norm.state_dict())
-    assert_close(on_vdev(x.vdev()).cpu(), group_norm(x))
     torch_vdev.reset_fallback_stats()
-    torch.logaddexp(torch.ones(2, device="vdev"), torch.ones(2, device="vdev"))
-    assert torch_vdev.fallback_stats() == {"aten::logaddexp": 1}
+    assert_close(on_vdev(x.vdev()).cpu(), group_norm(x))
+    assert torch_vdev.fallback_stats() == {"aten::native_group_norm": 1}
 
 
 def test_cpu_kernel_errors_pass_through_and_process_stays_usable():

@@ -102,12 +102,29 @@ struct MmFunction : public torch::autograd::Function<MmFunction> {
     return below_autograd([&] { return at::mm(self, mat2); });
   }
 
+  // As PyTorch's formulas, a column-major input gets a column-major gradient: a weight
+  // used transposed (x @ w.t(), as by Linear on batched input) then gets a gradient laid
+  // out as the weight, which AccumulateGrad takes without a copy, and the products are
+  // the ones CPU computes.
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
+    const at::Tensor& self = saved[0];
+    const at::Tensor& mat2 = saved[1];
     const at::Tensor& grad = grads[0];
-    return {
-        ctx->needs_input_grad(0) ? grad.mm(saved[1].t().conj()) : at::Tensor(),
-        ctx->needs_input_grad(1) ? saved[0].t().conj().mm(grad) : at::Tensor()};
+    at::Tensor self_grad;
+    at::Tensor mat2_grad;
+    if (ctx->needs_input_grad(0)) {
+      self_grad = is_column_major(self) ? mat2.conj().mm(grad.t()).t() : grad.mm(mat2.t().conj());
+    }
+    if (ctx->needs_input_grad(1)) {
+      mat2_grad = is_column_major(mat2) ? grad.t().mm(self.conj()).t() : self.t().conj().mm(grad);
+    }
+    return {self_grad, mat2_grad};
+  }
+
+ private:
+  static bool is_column_major(const at::Tensor& matrix) {
+    return matrix.stride(0) == 1 && matrix.stride(1) == matrix.size(0);
   }
 };
 

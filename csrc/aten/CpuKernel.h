@@ -68,8 +68,9 @@ struct Converted {
   Arg value;
 };
 
-// A tensor argument reaches the kernel as the call's one alias of it (made_alias), or
-// as itself when it is not a vdev tensor (a 0-dim CPU scalar).
+// A tensor argument reaches the kernel as the call's one alias of it (made_alias),
+// which the call holds: looked up when the kernel is called, as making later aliases
+// may move it. A tensor that is not vdev's reaches the kernel as is.
 template <>
 struct Converted<const at::Tensor&> {
   Converted(CpuRedispatch& call, const at::Tensor& tensor) : call(call), original(tensor) {

@@ -53,7 +53,7 @@ CpuRedispatch::~CpuRedispatch() {
   }
 }
 
-at::Tensor CpuRedispatch::alias(const at::Tensor& tensor) {
+const at::Tensor& CpuRedispatch::alias(const at::Tensor& tensor) {
   if (!is_vdev(tensor)) {
     return tensor;
   }
@@ -66,22 +66,24 @@ at::Tensor CpuRedispatch::alias(const at::Tensor& tensor) {
     return alias_sparse(tensor);
   }
   at::Tensor cpu = reusable_cpu_alias(tensor);
-  storages_.emplace_back(cpu.storage().unsafeGetStorageImpl(), tensor.storage());
-  lent_.emplace_back(tensor.unsafeGetTensorImpl(), cpu);
-  return cpu;
+  storages_.emplace_back(
+      cpu.storage().unsafeGetStorageImpl(), tensor.storage().unsafeGetStorageImpl());
+  return lent_.emplace_back(tensor.unsafeGetTensorImpl(), std::move(cpu)).second;
 }
 
-at::Tensor CpuRedispatch::alias_sparse(const at::Tensor& tensor) {
+const at::Tensor& CpuRedispatch::alias_sparse(const at::Tensor& tensor) {
   const at::SparseTensorImpl* sparse = at::sparse::get_sparse_impl(tensor);
   // Held here: a kernel writing the sparse tensor replaces its indices and values, which
   // must outlive this object as alias() requires.
   sparse_parts_.push_back(sparse->indices());
   sparse_parts_.push_back(sparse->values());
+  // Copies: making the second alias may move the first.
+  at::Tensor indices = alias(sparse->indices());
+  at::Tensor values = alias(sparse->values());
   at::Tensor cpu = at::_sparse_coo_tensor_with_dims_and_tensors(
-      sparse->sparse_dim(), sparse->dense_dim(), tensor.sizes(), alias(sparse->indices()),
-      alias(sparse->values()), tensor.options().device(c10::kCPU), sparse->coalesced());
-  lent_.emplace_back(tensor.unsafeGetTensorImpl(), cpu);
-  return cpu;
+      sparse->sparse_dim(), sparse->dense_dim(), tensor.sizes(), indices, values,
+      tensor.options().device(c10::kCPU), sparse->coalesced());
+  return lent_.emplace_back(tensor.unsafeGetTensorImpl(), std::move(cpu)).second;
 }
 
 at::Tensor* CpuRedispatch::made_alias(const at::Tensor& tensor) {
@@ -93,8 +95,8 @@ at::Tensor* CpuRedispatch::made_alias(const at::Tensor& tensor) {
   return nullptr;
 }
 
-at::Tensor CpuRedispatch::alias_written(const at::Tensor& tensor) {
-  at::Tensor cpu = alias(tensor);
+const at::Tensor& CpuRedispatch::alias_written(const at::Tensor& tensor) {
+  const at::Tensor& cpu = alias(tensor);
   if (is_vdev(tensor) && written_original(cpu) == nullptr) {
     written_.push_back(Written{&tensor, cpu, tensor.is_sparse() ? nullptr : cpu.storage().data()});
   }
@@ -172,7 +174,9 @@ at::Tensor CpuRedispatch::to_device(const at::Tensor& cpu) {
   c10::StorageImpl* storage = cpu.storage().unsafeGetStorageImpl();
   for (const auto& [cpu_storage, device_storage] : storages_) {
     if (cpu_storage == storage) {
-      return view_of_storage(device_storage, cpu, cpu.sizes(), cpu.strides(), cpu.storage_offset());
+      return view_of_storage(
+          c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(device_storage)), cpu,
+          cpu.sizes(), cpu.strides(), cpu.storage_offset());
     }
   }
   if (owns_device_memory(storage->data_ptr())) {

@@ -46,8 +46,10 @@ class CpuRedispatch {
   c10::DeviceIndex device();
 
   // The tensors must outlive this object, which hands their aliases back at its end.
-  at::Tensor alias(const at::Tensor& tensor);
-  at::Tensor alias_written(const at::Tensor& tensor);
+  // `tensor` itself if it is not a vdev tensor. The reference lasts until the next
+  // alias is made.
+  const at::Tensor& alias(const at::Tensor& tensor);
+  const at::Tensor& alias_written(const at::Tensor& tensor);
   // The alias made for `tensor` in this call, or nullptr. Kernels are handed these
   // once all aliases are made, so a tensor passed twice reaches the kernel as one
   // object, as on the CPU: kernels such as addr_'s tell in-place calls by address.
@@ -85,13 +87,14 @@ class CpuRedispatch {
   };
 
   // A sparse COO vdev tensor as a SparseCPU tensor over aliases of its indices and values.
-  at::Tensor alias_sparse(const at::Tensor& tensor);
+  const at::Tensor& alias_sparse(const at::Tensor& tensor);
   void update_written_sparse(const at::Tensor& original, const at::Tensor& cpu);
 
   const char* op_name_;
   c10::DeviceIndex device_ = -1;
   bool saw_cpu_tensor_ = false;
-  c10::SmallVector<std::pair<c10::StorageImpl*, c10::Storage>, 4> storages_;
+  // Alias storage -> device storage. Not owned: the arguments hold their storages.
+  c10::SmallVector<std::pair<c10::StorageImpl*, c10::StorageImpl*>, 4> storages_;
   c10::SmallVector<Written, 2> written_;
   // The TensorImpls of arguments and their aliases (see reusable_cpu_alias). Not
   // owned: a new reference to a tensor that only Python holds takes the GIL (to keep

@@ -12,9 +12,13 @@
 #include <c10/util/SmallVector.h>
 
 #include <cstdlib>
+#include <iterator>
 #include <string_view>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <unordered_map>
+#include <vector>
 
 namespace vdev {
 namespace {
@@ -158,12 +162,13 @@ void run_with_facts(
   const c10::FunctionSchema& schema = op.schema();
   const size_t argument_count = facts.written.size();
   const size_t first = stack->size() - argument_count;
-  // The original arguments: written ones are the results of in-place and out= ops,
-  // and CpuRedispatch refers to them by address (so they outlive it). The addresses
-  // stay put: `originals` is never resized, and a list's elements live in the list it
-  // holds.
+  // The original arguments, moved out of the stack, whose slots get the converted ones:
+  // written ones are the results of in-place and out= ops, and CpuRedispatch refers to
+  // them by address (so they outlive it). The addresses stay put: `originals` is never
+  // resized, and a list's elements live in the list it holds.
   const c10::SmallVector<c10::IValue, 8> originals(
-      stack->begin() + static_cast<std::ptrdiff_t>(first), stack->end());
+      std::make_move_iterator(stack->begin() + static_cast<std::ptrdiff_t>(first)),
+      std::make_move_iterator(stack->end()));
   CpuRedispatch call(schema.name().c_str());
 
   for (size_t i = 0; i < argument_count; ++i) {
@@ -208,6 +213,8 @@ void run_with_facts(
       value = call.generator(original.toGenerator());
     } else if (original.isNone() && facts.optional_generator[i]) {
       value = call.generator(std::nullopt);
+    } else {
+      value = original;
     }
   }
 
@@ -284,68 +291,143 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
 namespace {
 
-// An op with both a CPU (SparseCPU) kernel and a CompositeExplicitAutograd(NonFunctional)
-// one reaches the composite on vdev, not the fallback: for structured ops a meta
-// function, `empty`, then the boxed .out (twice the work of the CPU's fused kernel);
-// for others ATen's generic version, which may differ from the CPU's (native_group_norm's
-// views reject channels-last input; dense composites cannot take sparse tensors). vdev
-// runs the CPU kernel instead, through the fallback. Done at first use, when every vdev
-// kernel of the library is registered.
-std::vector<std::string>& sent_to_fallback() {
-  static std::vector<std::string> names;
-  return names;
+// `name` without the in-place variant's trailing underscore (dunder names keep theirs).
+std::string family_of(const c10::OperatorName& name) {
+  const std::string& base = name.name;
+  const bool in_place = base.size() > 2 && base.back() == '_' && base[base.size() - 2] != '_';
+  return in_place ? base.substr(0, base.size() - 1) : base;
 }
 
-void prefer_cpu_kernels_to_composites(
-    torch::Library& library, c10::DispatchKey cpu_key, c10::DispatchKey vdev_key,
-    torch::CppFunction (*fallback)()) {
-  c10::Dispatcher& dispatcher = c10::Dispatcher::singleton();
-  for (const c10::OperatorName& name : dispatcher.getAllOpNames()) {
-    constexpr std::string_view kAtenPrefix = "aten::";
-    if (name.name.compare(0, kAtenPrefix.size(), kAtenPrefix) != 0) {
-      continue;
+// The direct fallbacks (see register_direct_fallbacks), by op family.
+class DirectFallbacks {
+ public:
+  void register_all() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (registered_) {
+      return;
     }
-    const std::optional<c10::OperatorHandle> op = dispatcher.findOp(name);
-    if (!op.has_value() || op->hasKernelForDispatchKey(vdev_key) || !op->hasKernelForDispatchKey(cpu_key) ||
-        !(op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) ||
-          op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional))) {
-      continue;
+    registered_ = true;
+    c10::Dispatcher& dispatcher = c10::Dispatcher::singleton();
+    for (const c10::OperatorName& name : dispatcher.getAllOpNames()) {
+      constexpr std::string_view kAtenPrefix = "aten::";
+      std::optional<c10::OperatorHandle> op = dispatcher.findOp(name);
+      if (name.name.compare(0, kAtenPrefix.size(), kAtenPrefix) != 0 || !op.has_value() ||
+          !(op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) ||
+            op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional))) {
+        continue;
+      }
+      for (const Target& target : kTargets) {
+        if (op->hasKernelForDispatchKey(target.cpu_key) && !op->hasKernelForDispatchKey(target.vdev_key)) {
+          families_[family_of(name)].ops.push_back(Op{name, &target, std::nullopt});
+        }
+      }
     }
-    std::string unqualified = name.name.substr(kAtenPrefix.size());
-    if (!name.overload_name.empty()) {
-      unqualified += "." + name.overload_name;
+    for (auto& [family, members] : families_) {
+      register_family(members);
     }
-    library.impl(unqualified.c_str(), fallback());
-    sent_to_fallback().push_back(std::string(kAtenPrefix) + unqualified);
   }
-}
 
-// Never destroyed: unregistering kernels while the process exits (with autograd's
-// device threads still about) aborted it.
-template <c10::DispatchKey kVdevKey>
-torch::Library& aten_library() {
-  static auto* library = new torch::Library(torch::Library::IMPL, "aten", kVdevKey, __FILE__, __LINE__);
-  return *library;
-}
+  bool is_registered(const c10::OperatorName& name) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto found = families_.find(family_of(name));
+    if (found == families_.end()) {
+      return false;
+    }
+    for (const Op& op : found->second.ops) {
+      if (op.name == name && op.target->vdev_key == c10::DispatchKey::PrivateUse1) {
+        return op.registration.has_value();
+      }
+    }
+    return false;
+  }
 
-void prefer_cpu_kernels() {
-  prefer_cpu_kernels_to_composites(
-      aten_library<c10::DispatchKey::PrivateUse1>(), c10::DispatchKey::CPU, c10::DispatchKey::PrivateUse1,
-      &torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>);
-  prefer_cpu_kernels_to_composites(
-      aten_library<c10::DispatchKey::SparsePrivateUse1>(), c10::DispatchKey::SparseCPU,
-      c10::DispatchKey::SparsePrivateUse1, &torch::CppFunction::makeFromBoxedFunction<&sparse_cpu_fallback>);
+  void withdraw(const std::string& family) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Family& members = families_[family];
+    if (members.withdrawals++ == 0) {
+      for (Op& op : members.ops) {
+        op.registration.reset();
+      }
+    }
+  }
+
+  void restore(const std::string& family) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Family& members = families_[family];
+    if (--members.withdrawals == 0 && registered_) {
+      register_family(members);
+    }
+  }
+
+ private:
+  // The dense and the sparse COO counterparts: an op with a composite kernel and a
+  // CPU (SparseCPU) one gets the fallback for vdev (sparse vdev) tensors.
+  struct Target {
+    c10::DispatchKey cpu_key;
+    c10::DispatchKey vdev_key;
+    c10::KernelFunction (*fallback)();
+  };
+  static constexpr Target kTargets[] = {
+      {c10::DispatchKey::CPU, c10::DispatchKey::PrivateUse1,
+       &c10::KernelFunction::makeFromBoxedFunction<&cpu_fallback>},
+      {c10::DispatchKey::SparseCPU, c10::DispatchKey::SparsePrivateUse1,
+       &c10::KernelFunction::makeFromBoxedFunction<&sparse_cpu_fallback>},
+  };
+
+  struct Op {
+    c10::OperatorName name;
+    const Target* target;
+    std::optional<c10::RegistrationHandleRAII> registration;
+  };
+  struct Family {
+    std::vector<Op> ops;
+    int withdrawals = 0;
+  };
+
+  static void register_family(Family& members) {
+    if (members.withdrawals > 0) {
+      return;
+    }
+    for (Op& op : members.ops) {
+      op.registration.emplace(c10::Dispatcher::singleton().registerImpl(
+          op.name, op.target->vdev_key, op.target->fallback(), std::nullopt, nullptr,
+          "direct fallback registered by torch_vdev"));
+    }
+  }
+
+  std::mutex mutex_;
+  bool registered_ = false;
+  std::unordered_map<std::string, Family> families_;
+};
+
+DirectFallbacks& direct_fallbacks() {
+  // Leaked on purpose: registrations must not be undone during static destruction.
+  static DirectFallbacks* instance = new DirectFallbacks();
+  return *instance;
 }
 
 } // namespace
 
-std::vector<std::string> ops_sent_to_fallback() {
-  return is_initialized() ? sent_to_fallback() : std::vector<std::string>();
+void register_direct_fallbacks() {
+  direct_fallbacks().register_all();
+}
+
+bool has_vdev_kernel(const c10::OperatorHandle& op) {
+  return op.hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1) &&
+      !direct_fallbacks().is_registered(op.operator_name());
+}
+
+DirectFallbacksWithdrawn::DirectFallbacksWithdrawn(const c10::OperatorHandle& op)
+    : family_(family_of(op.operator_name())) {
+  direct_fallbacks().withdraw(family_);
+}
+
+DirectFallbacksWithdrawn::~DirectFallbacksWithdrawn() {
+  direct_fallbacks().restore(family_);
 }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
-  on_first_init(&prefer_cpu_kernels);
 }
 
 TORCH_LIBRARY_IMPL(_, SparsePrivateUse1, m) {

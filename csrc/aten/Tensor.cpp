@@ -103,10 +103,10 @@ at::Tensor empty_tensor(
 }
 
 at::Tensor view_of_storage(
-    const c10::Storage& storage, const at::Tensor& like, c10::IntArrayRef sizes,
+    c10::Storage storage, const at::Tensor& like, c10::IntArrayRef sizes,
     c10::IntArrayRef strides, int64_t storage_offset) {
   auto view = at::detail::make_tensor<TensorImpl>(
-      c10::TensorImpl::VIEW, c10::Storage(storage), view_key_set(like), like.dtype());
+      c10::TensorImpl::VIEW, std::move(storage), view_key_set(like), like.dtype());
   auto* impl = view.unsafeGetTensorImpl();
   impl->set_sizes_and_strides(sizes, strides, storage_offset);
   impl->_set_conj(like.is_conj());
@@ -156,7 +156,7 @@ at::Tensor cpu_alias(const at::Tensor& tensor) {
 
 
 at::Tensor reusable_cpu_alias(const at::Tensor& tensor) {
-  auto* owner = dynamic_cast<TensorImpl*>(tensor.unsafeGetTensorImpl());
+  TensorImpl* owner = as_vdev_tensor_impl(tensor.unsafeGetTensorImpl());
   c10::intrusive_ptr<c10::TensorImpl> kept =
       owner == nullptr ? c10::intrusive_ptr<c10::TensorImpl>() : owner->take_kept_alias();
   // The alias's type, key set (inference or not) and autograd state are what a new
@@ -183,7 +183,7 @@ at::Tensor reusable_cpu_alias(const at::Tensor& tensor) {
 }
 
 void release_cpu_alias(c10::TensorImpl& tensor, at::Tensor&& alias) {
-  auto* owner = dynamic_cast<TensorImpl*>(&tensor);
+  TensorImpl* owner = as_vdev_tensor_impl(&tensor);
   if (owner == nullptr) {
     return;  // not a dense vdev tensor (a sparse one, or a CPU tensor holding vdev memory)
   }

@@ -6,6 +6,7 @@
 #include <c10/core/TensorImpl.h>
 
 #include <atomic>
+#include <typeinfo>
 
 namespace vdev {
 
@@ -48,10 +49,17 @@ inline bool is_vdev(const at::Tensor& tensor) {
   return tensor.defined() && tensor.device().type() == kDeviceType;
 }
 
-// Every tensor vdev makes has a vdev TensorImpl; a CPU tensor moved in place
-// (`cpu_tensor.data = vdev_tensor`, see _has_compatible_shallow_copy_type) keeps its own.
+// `impl` as a vdev TensorImpl, or nullptr. Every tensor vdev makes has a vdev
+// TensorImpl; a CPU tensor moved in place (`cpu_tensor.data = vdev_tensor`, see
+// _has_compatible_shallow_copy_type) keeps its own. TensorImpl is final, so comparing
+// exact types suffices: this runs for every argument of every op, where dynamic_cast's
+// walk of the class hierarchy showed in profiles.
+inline TensorImpl* as_vdev_tensor_impl(c10::TensorImpl* impl) {
+  return typeid(*impl) == typeid(TensorImpl) ? static_cast<TensorImpl*>(impl) : nullptr;
+}
+
 inline bool has_vdev_tensor_impl(const at::Tensor& tensor) {
-  return dynamic_cast<const TensorImpl*>(tensor.unsafeGetTensorImpl()) != nullptr;
+  return as_vdev_tensor_impl(tensor.unsafeGetTensorImpl()) != nullptr;
 }
 
 // Uninitialised device memory of `device` as a resizable storage.
@@ -64,7 +72,7 @@ at::Tensor empty_tensor(
 
 // A vdev tensor viewing `storage` with the given geometry (and `like`'s conj/neg bits).
 at::Tensor view_of_storage(
-    const c10::Storage& storage, const at::Tensor& like, c10::IntArrayRef sizes,
+    c10::Storage storage, const at::Tensor& like, c10::IntArrayRef sizes,
     c10::IntArrayRef strides, int64_t storage_offset);
 
 // A CPU tensor over the same memory, sizes, strides and offset as a vdev tensor, so

@@ -111,8 +111,15 @@ PYBIND11_MODULE(_C, m) {
     }
     return generators;
   });
+  vdev::register_direct_fallbacks();
+  m.def(
+      "has_vdev_kernel",
+      [](const std::string& name, const std::string& overload) {
+        return vdev::has_vdev_kernel(
+            c10::Dispatcher::singleton().findSchemaOrThrow(name.c_str(), overload.c_str()));
+      },
+      "True if name.overload has a vdev kernel of its own, not the CPU fallback");
   m.def("fallback_stats", [] { return vdev::fallback_stats(); });
-  m.def("ops_sent_to_fallback", [] { return vdev::ops_sent_to_fallback(); });
   m.def("reset_fallback_stats", [] { vdev::reset_fallback_stats(); });
 
   m.def("current_stream", [](int index) {

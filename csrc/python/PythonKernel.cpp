@@ -324,16 +324,22 @@ class IgnoreWarnings final : public c10::WarningHandler {
   void process(const c10::Warning& /*warning*/) override {}
 };
 
-// A registered Python kernel; remove() brings back the kernel it replaced.
+// A registered Python kernel; remove() brings back the kernel it replaced. While it
+// lasts, its op family's direct fallbacks step aside (see DirectFallbacksWithdrawn).
 class KernelRegistration {
  public:
-  explicit KernelRegistration(c10::RegistrationHandleRAII handle) : handle_(std::move(handle)) {}
+  KernelRegistration(
+      std::unique_ptr<vdev::DirectFallbacksWithdrawn> withdrawn, c10::RegistrationHandleRAII handle)
+      : withdrawn_(std::move(withdrawn)), handle_(std::move(handle)) {}
 
+  // The kernel goes first: the direct fallbacks come back below no other vdev kernel.
   void remove() {
     handle_.reset();
+    withdrawn_.reset();
   }
 
  private:
+  std::unique_ptr<vdev::DirectFallbacksWithdrawn> withdrawn_;
   std::optional<c10::RegistrationHandleRAII> handle_;
 };
 
@@ -344,7 +350,8 @@ std::unique_ptr<KernelRegistration> register_kernel(
   c10::OperatorHandle op = dispatcher.findSchemaOrThrow(name.c_str(), overload.c_str());
   IgnoreWarnings ignore_warnings;
   c10::WarningUtils::WarningHandlerGuard guard(&ignore_warnings);
-  return std::make_unique<KernelRegistration>(dispatcher.registerImpl(
+  auto withdrawn = std::make_unique<vdev::DirectFallbacksWithdrawn>(op);
+  return std::make_unique<KernelRegistration>(std::move(withdrawn), dispatcher.registerImpl(
       op.operator_name(), c10::DispatchKey::PrivateUse1,
       c10::KernelFunction::makeFromBoxedFunctor(
           std::make_unique<PythonKernel>(op, std::move(function), inputs)),

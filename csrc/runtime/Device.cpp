@@ -1,5 +1,7 @@
 #include "runtime/Device.h"
 
+#include "aten/Fallback.h"
+
 #include <c10/core/DeviceType.h>
 #include <c10/util/Exception.h>
 
@@ -9,7 +11,6 @@
 #include <cstdlib>
 #include <mutex>
 #include <string>
-#include <vector>
 
 namespace vdev {
 namespace {
@@ -44,11 +45,6 @@ void mark_child_bad() {
   in_bad_fork = true;
 }
 
-std::vector<void (*)()>& first_init_hooks() {
-  static std::vector<void (*)()> hooks;
-  return hooks;
-}
-
 } // namespace
 
 void lazy_init() {
@@ -59,18 +55,13 @@ void lazy_init() {
       !in_bad_fork,
       "Cannot re-initialize ", kBackendName, " in forked subprocess. To use ", kBackendName,
       " with multiprocessing, you must use the 'spawn' start method");
-  static std::once_flag first_init;
-  std::call_once(first_init, [] {
+  static std::once_flag register_fork_handler;
+  std::call_once(register_fork_handler, [] {
     pthread_atfork(nullptr, nullptr, &mark_child_bad);
-    for (void (*hook)() : first_init_hooks()) {
-      hook();
-    }
   });
+  // For C++ apps; torch_vdev's import has registered them already.
+  register_direct_fallbacks();
   initialized = true;
-}
-
-void on_first_init(void (*hook)()) {
-  first_init_hooks().push_back(hook);
 }
 
 bool is_initialized() {

@@ -15,9 +15,6 @@ VDEV_API c10::DeviceIndex exchange_device(c10::DeviceIndex index);
 // stream functions of torch.vdev). Like CUDA, a process forked after that cannot use
 // vdev: this throws in such a child, and every kernel touching device memory calls it.
 VDEV_API void lazy_init();
-// Has the first lazy_init run `hook` too: for work that must follow every static
-// registration of the library. Call during static initialisation.
-VDEV_API void on_first_init(void (*hook)());
 VDEV_API bool is_initialized();
 VDEV_API bool is_in_bad_fork();
 

@@ -230,11 +230,7 @@ def _decomposes_already(op: OpOverload) -> bool:
 
 
 def _has_vdev_kernel(op: OpOverload) -> bool:
-    # Ops whose CPU kernel vdev prefers to their composite are registered with the
-    # fallback itself: they have no kernel of vdev's own.
-    return torch._C._dispatch_has_kernel_for_dispatch_key(
-        op.name(), "PrivateUse1"
-    ) and op.name() not in _C.ops_sent_to_fallback()
+    return _C.has_vdev_kernel(op._schema.name, op._schema.overload_name)
 
 
 def _is_view(op: OpOverload) -> bool:

@@ -38,7 +38,8 @@ at::Tensor masked_scale(const at::Tensor& values, const at::Tensor& mask, double
   at::Tensor result = at::empty_like(values, c10::MemoryFormat::Contiguous);
   AT_DISPATCH_FLOATING_TYPES(values.scalar_type(), "vdev_masked_scale", [&] {
     const scalar_t* in = values.const_data_ptr<scalar_t>();
-    const bool* keep = mask.const_data_ptr<bool>();
+    // The mask's bools read as bytes (0 or 1): GCC vectorizes no loop that loads bool.
+    const auto* keep = reinterpret_cast<const uint8_t*>(mask.const_data_ptr<bool>());
     scalar_t* out = result.mutable_data_ptr<scalar_t>();
     const auto factor = static_cast<scalar_t>(scale);
     at::parallel_for(0, values.numel(), at::internal::GRAIN_SIZE, [&](int64_t begin, int64_t end) {
