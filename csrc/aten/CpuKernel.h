@@ -261,7 +261,8 @@ struct CpuKernel<Op, CpuOp, Result(Args...)> {
       CpuRedispatch::Scope scope(device);
       return std::apply(
           [](auto&... argument) -> Result {
-            return CpuOp::redispatch(c10::DispatchKeySet(c10::DispatchKey::CPU), argument.get()...);
+            constexpr c10::DispatchKeySet kCpu(c10::DispatchKey::CPU);
+            return CpuOp::redispatch(kCpu, argument.get()...);
           },
           converted);
     };

@@ -6,17 +6,18 @@
 #include "aten/CpuRedispatch.h"
 #include "runtime/Device.h"
 
+#include <c10/util/SmallVector.h>
 #include <c10/util/flat_hash_map.h>
 #include <torch/library.h>
 
-#include <c10/util/SmallVector.h>
-
+#include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <iterator>
-#include <string_view>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -94,26 +95,23 @@ struct OperatorFacts {
 };
 
 // Per operator, keyed by its schema (which lives as long as the operator): its facts
-// and how often the fallback ran it since the last reset.
+// and how often the fallback ran it since the last reset. Entries are never removed.
 class OperatorRegistry {
  public:
   struct Entry {
     explicit Entry(const c10::FunctionSchema& schema) : facts(schema) {}
     const OperatorFacts facts;
-    int64_t fallback_calls = 0;
+    std::atomic<int64_t> fallback_calls{0};
   };
 
   const OperatorFacts& facts(const c10::OperatorHandle& op) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return entry(op).facts;
+    return cached_entry(op).facts;
   }
 
   // Counts a fallback call of `op`; `first` is true the first time since the last reset.
   const OperatorFacts& count(const c10::OperatorHandle& op, bool& first) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    Entry& counted = entry(op);
-    first = counted.fallback_calls == 0;
-    counted.fallback_calls += 1;
+    Entry& counted = cached_entry(op);
+    first = counted.fallback_calls.fetch_add(1, std::memory_order_relaxed) == 0;
     return counted.facts;
   }
 
@@ -121,8 +119,9 @@ class OperatorRegistry {
     std::lock_guard<std::mutex> lock(mutex_);
     std::unordered_map<std::string, int64_t> result;
     for (const auto& [schema, counted] : entries_) {
-      if (counted->fallback_calls > 0) {
-        result[full_name(*schema)] = counted->fallback_calls;
+      const int64_t calls = counted->fallback_calls.load(std::memory_order_relaxed);
+      if (calls > 0) {
+        result[full_name(*schema)] = calls;
       }
     }
     return result;
@@ -132,18 +131,32 @@ class OperatorRegistry {
   void reset() {
     std::lock_guard<std::mutex> lock(mutex_);
     for (auto& [schema, counted] : entries_) {
-      counted->fallback_calls = 0;
+      counted->fallback_calls.store(0, std::memory_order_relaxed);
     }
   }
 
  private:
-  Entry& entry(const c10::OperatorHandle& op) {
+  // Every fallback call needs its op's entry: each thread remembers the entries it
+  // looked up in a small direct-mapped cache, so most calls take neither the lock
+  // nor the map. Entries live forever, so a remembered one stays valid.
+  Entry& cached_entry(const c10::OperatorHandle& op) {
+    constexpr size_t kSlots = 64;
+    struct Slot {
+      const c10::FunctionSchema* schema = nullptr;
+      Entry* entry = nullptr;
+    };
+    thread_local Slot slots[kSlots];
     const c10::FunctionSchema* schema = &op.schema();
-    auto found = entries_.find(schema);
-    if (found == entries_.end()) {
-      found = entries_.emplace(schema, std::make_unique<Entry>(*schema)).first;
+    Slot& slot = slots[(reinterpret_cast<uintptr_t>(schema) / alignof(c10::FunctionSchema)) % kSlots];
+    if (slot.schema != schema) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto found = entries_.find(schema);
+      if (found == entries_.end()) {
+        found = entries_.emplace(schema, std::make_unique<Entry>(*schema)).first;
+      }
+      slot = Slot{schema, found->second.get()};
     }
-    return *found->second;
+    return *slot.entry;
   }
 
   std::mutex mutex_;
@@ -155,9 +168,10 @@ OperatorRegistry& registry() {
   return *instance;
 }
 
+template <class CpuKernel>
 void run_with_facts(
     const c10::OperatorHandle& op, const OperatorFacts& facts, torch::jit::Stack* stack,
-    const std::function<void(torch::jit::Stack*)>& cpu_kernel) {
+    const CpuKernel& cpu_kernel) {
   lazy_init();
   const c10::FunctionSchema& schema = op.schema();
   const size_t argument_count = facts.written.size();

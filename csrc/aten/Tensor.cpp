@@ -119,6 +119,10 @@ void release_device_storage(void* device_storage) {
   c10::raw::intrusive_ptr::decref(static_cast<c10::StorageImpl*>(device_storage));
 }
 
+void release_weak_device_storage(void* device_storage) {
+  c10::raw::weak_intrusive_ptr::decref(static_cast<c10::StorageImpl*>(device_storage));
+}
+
 // The memory of `device_storage` as seen from CPU. It holds a reference to the device
 // storage, released with it, so the memory outlives whatever a kernel keeps of an alias.
 c10::DataPtr cpu_data_of(c10::StorageImpl* device_storage) {
@@ -126,6 +130,48 @@ c10::DataPtr cpu_data_of(c10::StorageImpl* device_storage) {
   return c10::DataPtr(
       device_storage->mutable_data(), device_storage, &release_device_storage,
       c10::Device(c10::kCPU));
+}
+
+// The same, for a kept alias: it holds the device storage weakly, so it keeps neither
+// the memory nor (once the tensor lets go of it) the storage's allocation alive.
+// While an op runs, its arguments hold the storage; an alias that outlives its op is
+// made to hold it (hold_device_memory).
+c10::DataPtr weak_cpu_data_of(c10::StorageImpl* device_storage) {
+  c10::raw::weak_intrusive_ptr::incref(device_storage);
+  return c10::DataPtr(
+      device_storage->mutable_data(), device_storage, &release_weak_device_storage,
+      c10::Device(c10::kCPU));
+}
+
+bool holds_weakly(const c10::DataPtr& data) {
+  return data.get_deleter() == &release_weak_device_storage;
+}
+
+// True if `alias_storage` is what weak_cpu_data_of made of `device_storage` as it is
+// now: then a kept alias needs no new data pointer.
+bool shows(const c10::StorageImpl& alias_storage, c10::StorageImpl* device_storage) {
+  const c10::DataPtr& data = alias_storage.data_ptr();
+  return holds_weakly(data) && data.get_context() == device_storage &&
+      data.get() == device_storage->data() && alias_storage.nbytes() == device_storage->nbytes() &&
+      alias_storage.resizable() == device_storage->resizable();
+}
+
+void hold_device_memory(c10::StorageImpl& alias_storage) {
+  if (holds_weakly(alias_storage.data_ptr())) {
+    alias_storage.set_data_ptr_noswap(
+        cpu_data_of(static_cast<c10::StorageImpl*>(alias_storage.data_ptr().get_context())));
+  }
+}
+
+void let_go_of_device_memory(c10::StorageImpl& alias_storage) {
+  const c10::DataPtr& data = alias_storage.data_ptr();
+  if (data.get_deleter() == &release_device_storage) {
+    alias_storage.set_data_ptr_noswap(
+        weak_cpu_data_of(static_cast<c10::StorageImpl*>(data.get_context())));
+  } else if (!holds_weakly(data)) {
+    // A kernel gave the alias other memory (update_written took it over).
+    alias_storage.set_data_ptr_noswap(c10::DataPtr(nullptr, c10::Device(c10::kCPU)));
+  }
 }
 } // namespace
 
@@ -166,10 +212,12 @@ at::Tensor reusable_cpu_alias(const at::Tensor& tensor) {
   }
   c10::StorageImpl* device_storage = tensor.storage().unsafeGetStorageImpl();
   c10::StorageImpl* alias_storage = kept->storage().unsafeGetStorageImpl();
-  alias_storage->set_data_ptr_noswap(cpu_data_of(device_storage));
-  alias_storage->set_nbytes(device_storage->nbytes());
-  alias_storage->set_allocator(cpu_view_allocator(tensor.device().index()));
-  alias_storage->set_resizable(device_storage->resizable());
+  if (!shows(*alias_storage, device_storage)) {
+    alias_storage->set_data_ptr_noswap(weak_cpu_data_of(device_storage));
+    alias_storage->set_nbytes(device_storage->nbytes());
+    alias_storage->set_allocator(cpu_view_allocator(tensor.device().index()));
+    alias_storage->set_resizable(device_storage->resizable());
+  }
   if (kept->sizes() != tensor.sizes() || kept->strides() != tensor.strides() ||
       kept->storage_offset() != tensor.storage_offset()) {
     kept->set_sizes_and_strides(tensor.sizes(), tensor.strides(), tensor.storage_offset());
@@ -188,15 +236,17 @@ void release_cpu_alias(c10::TensorImpl& tensor, at::Tensor&& alias) {
     return;  // not a dense vdev tensor (a sparse one, or a CPU tensor holding vdev memory)
   }
   c10::TensorImpl* impl = alias.unsafeGetTensorImpl();
-  const c10::Storage& storage = impl->storage();
-  if (alias.use_count() != 1 || storage.use_count() != 1 ||
-      impl->pyobj_slot()->load_pyobj() != nullptr ||
-      storage.unsafeGetStorageImpl()->pyobj_slot()->load_pyobj() != nullptr) {
+  c10::StorageImpl& storage = *impl->storage().unsafeGetStorageImpl();
+  if (alias.use_count() != 1 || impl->storage().use_count() != 1 ||
+      impl->pyobj_slot()->load_pyobj() != nullptr || storage.pyobj_slot()->load_pyobj() != nullptr) {
+    // The alias outlives the op (a kernel kept it, or gave it to Python): it must keep
+    // the memory it shows alive.
+    hold_device_memory(storage);
     return;
   }
-  // Kept, the alias must not hold the device memory alive (the tensor may move to
-  // other memory before its next op): its storage lets go of it.
-  storage.unsafeGetStorageImpl()->set_data_ptr_noswap(c10::DataPtr(nullptr, c10::Device(c10::kCPU)));
+  // Kept, the alias must not keep the device memory alive: the tensor may move to
+  // other memory, or die, before its next op.
+  let_go_of_device_memory(storage);
   owner->keep_alias(alias.unsafeReleaseIntrusivePtr());
 }
 

@@ -131,7 +131,7 @@ class Pools {
     }
     const size_t size = round_block_size(nbytes);
     const bool small = size < kSmallPoolLimit;
-    const c10::StreamId stream = current_stream(device).id();
+    const c10::StreamId stream = current_stream_id(device);
     std::lock_guard<std::mutex> lock(mutex_);
     DevicePool& pool = devices_[device];
     reclaim_pending(pool, /*all=*/false);

@@ -41,12 +41,17 @@ struct StreamProgress {
   std::atomic<uint64_t> observed{0};
 };
 
-StreamProgress& progress_of(const c10::Stream& stream) {
-  check_stream(stream);
+// Unchecked: for a device of an existing tensor and a stream id this runtime handed out.
+StreamProgress& progress_at(c10::DeviceIndex device, c10::StreamId id) {
   // Leaked on purpose: tensors freed during static destruction still ask the
   // allocator, which asks for stream progress.
   static auto* progress = new StreamProgress[device_slots() * kStreamsPerDevice];
-  return progress[static_cast<size_t>(stream.device_index()) * kStreamsPerDevice + stream.id()];
+  return progress[static_cast<size_t>(device) * kStreamsPerDevice + id];
+}
+
+StreamProgress& progress_of(const c10::Stream& stream) {
+  check_stream(stream);
+  return progress_at(stream.device_index(), stream.id());
 }
 
 void raise_to(std::atomic<uint64_t>& value, uint64_t target) {
@@ -80,7 +85,11 @@ void check_stream(const c10::Stream& stream) {
 c10::Stream current_stream(c10::DeviceIndex device) {
   device = resolve_device_index(device);
   return c10::Stream(
-      c10::Stream::UNSAFE, make_device(device), thread_current_streams()[device]);
+      c10::Stream::UNSAFE, make_device(device), current_stream_id(device));
+}
+
+c10::StreamId current_stream_id(c10::DeviceIndex device) {
+  return thread_current_streams()[device];
 }
 
 c10::Stream default_stream(c10::DeviceIndex device) {
@@ -119,6 +128,11 @@ bool stream_passed(const c10::Stream& stream, uint64_t point) {
 
 void observe_stream(const c10::Stream& stream) {
   StreamProgress& progress = progress_of(stream);
+  raise_to(progress.observed, progress.marked.load());
+}
+
+void observe_current_stream(c10::DeviceIndex device) {
+  StreamProgress& progress = progress_at(device, current_stream_id(device));
   raise_to(progress.observed, progress.marked.load());
 }
 

@@ -21,6 +21,9 @@ inline constexpr int kLowestStreamPriority = 0;
 inline constexpr int kHighestStreamPriority = -3;
 
 VDEV_API c10::Stream current_stream(c10::DeviceIndex device);
+// current_stream(device).id() without the device check, for the device of an existing
+// tensor: asked on every allocation.
+c10::StreamId current_stream_id(c10::DeviceIndex device);
 VDEV_API c10::Stream default_stream(c10::DeviceIndex device);
 // One of a fixed pool of streams per device and priority, handed out round robin.
 VDEV_API c10::Stream stream_from_pool(c10::DeviceIndex device, int priority);
@@ -41,6 +44,8 @@ uint64_t mark_stream_point(const c10::Stream& stream);
 // True once the host observed `stream` at or after `point`.
 bool stream_passed(const c10::Stream& stream, uint64_t point);
 VDEV_API void observe_stream(const c10::Stream& stream);
+// observe_stream(current_stream(device)) for the device of an existing tensor.
+void observe_current_stream(c10::DeviceIndex device);
 VDEV_API void observe_device(c10::DeviceIndex device);
 
 // Events mark a point of their stream when recorded; querying or synchronizing one
