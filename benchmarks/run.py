@@ -99,6 +99,22 @@ def device_to_host(nbytes):
     return make
 
 
+def backward_on_calling_thread(make_step):
+    """The step with multithreaded backward off. PyTorch's autograd engine runs the
+    backward of a graph on an accelerator in that device's worker thread, and the
+    calling thread waits for it: two thread wake-ups per backward, and the backward
+    on a core whose caches hold none of the forward's activations. CPU graphs run on
+    the calling thread. This variant shows a step's cost without that hand-off."""
+    def make(device):
+        step = make_step(device)
+
+        def call():
+            with torch.autograd.set_multithreading_enabled(False):
+                return step()
+        return call
+    return make
+
+
 CASES = [
     Case("add, 1 element", SMALL, binary(torch.add, 1)),
     Case("chain of 9 view ops", SMALL, view_chain),
@@ -117,6 +133,10 @@ CASES = [
     Case("D2H copy, 64 MB", COPY, device_to_host(64 * MB), nbytes=64 * MB),
 ] + [
     Case(f"{name} training step", TRAINING, make) for name, make in TRAINING_STEPS.items()
+] + [
+    Case(f"{name} training step, backward on the calling thread", TRAINING,
+         backward_on_calling_thread(make))
+    for name, make in TRAINING_STEPS.items()
 ]
 
 
