@@ -62,6 +62,22 @@ def test_overrides_are_in_the_graph():
     assert "MmFunction" in (a @ b).grad_fn.name()
 
 
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_ops_that_record_nothing_equal_cpu_without_a_node(case):
+    """Under no_grad, or on inputs that require no grad, an overridden op runs below
+    autograd: no node, and the CPU's result."""
+    function = CASES[case][0]
+    torch.manual_seed(0)
+    cpu_inputs = CASES[case][1]()
+    expected = function(*cpu_inputs)
+    plain = tuple(t.to("vdev") for t in cpu_inputs)
+    with torch.no_grad():
+        under_no_grad = function(*(t.clone().requires_grad_() for t in plain))
+    for result in (function(*plain), under_no_grad):
+        assert result.grad_fn is None and not result.requires_grad
+        assert_close(result.cpu(), expected)
+
+
 def test_mm_gradients_have_cpus_layout():
     # A weight used transposed gets a gradient laid out as the weight, as on CPU, which
     # AccumulateGrad then takes without a copy.

@@ -66,6 +66,24 @@ std::optional<at::Tensor> optional_primal(const at::Tensor& tensor) {
   return tensor.defined() ? std::optional<at::Tensor>(primal(tensor)) : std::nullopt;
 }
 
+bool carries_autograd(const at::Tensor& tensor) {
+  return tensor.defined() &&
+      (has_tangent(tensor) || (tensor.requires_grad() && at::GradMode::is_enabled()));
+}
+
+bool carries_autograd(const std::optional<at::Tensor>& tensor) {
+  return tensor.has_value() && carries_autograd(*tensor);
+}
+
+// A Function builds a node and saves its inputs even when it records nothing. With no
+// input that requires grad (in grad mode) or carries a tangent, an op runs below
+// autograd directly, as PyTorch's generated kernels do: the ops of evaluation, of the
+// optimizer and of the backward itself pay nothing for autograd.
+template <class... Tensors>
+bool records_nothing(const Tensors&... inputs) {
+  return !(carries_autograd(inputs) || ...);
+}
+
 // functorch includes its dynamic-layer keys in this thread's dispatch keys for as long
 // as any transform is active.
 bool functorch_active() {
@@ -132,6 +150,9 @@ at::Tensor mm(c10::DispatchKeySet keys, const at::Tensor& self, const at::Tensor
   if (functorch_active()) {
     return generated_autograd<at::_ops::mm>(keys, self, mat2);
   }
+  if (records_nothing(self, mat2)) {
+    return below_autograd([&] { return at::mm(self, mat2); });
+  }
   if (!has_tangent(self) && !has_tangent(mat2)) {
     return MmFunction::apply(self, mat2);
   }
@@ -160,6 +181,9 @@ struct GeluFunction : public torch::autograd::Function<GeluFunction> {
 at::Tensor gelu(c10::DispatchKeySet keys, const at::Tensor& self, c10::string_view approximate) {
   if (functorch_active()) {
     return generated_autograd<at::_ops::gelu>(keys, self, std::string(approximate));
+  }
+  if (records_nothing(self)) {
+    return below_autograd([&] { return at::gelu(self, approximate); });
   }
   if (!has_tangent(self)) {
     return GeluFunction::apply(self, approximate);
@@ -211,6 +235,9 @@ at::Tensor sum(
   if (functorch_active()) {
     return generated_autograd<at::_ops::sum_dim_IntList>(keys, self, dims, keepdim, dtype);
   }
+  if (records_nothing(self)) {
+    return below_autograd([&] { return at::sum(self, dims, keepdim, dtype); });
+  }
   if (!has_tangent(self)) {
     return SumFunction::apply(self, dims, keepdim, dtype);
   }
@@ -242,6 +269,9 @@ at::Tensor index_select(c10::DispatchKeySet keys, const at::Tensor& self, int64_
   if (functorch_active()) {
     return generated_autograd<at::_ops::index_select>(keys, self, dim, index);
   }
+  if (records_nothing(self)) {
+    return below_autograd([&] { return at::index_select(self, dim, index); });
+  }
   if (!has_tangent(self)) {
     return IndexSelectFunction::apply(self, dim, index);
   }
@@ -272,6 +302,9 @@ struct SoftmaxFunction : public torch::autograd::Function<SoftmaxFunction> {
 at::Tensor softmax(c10::DispatchKeySet keys, const at::Tensor& self, int64_t dim, bool half_to_float) {
   if (functorch_active()) {
     return generated_autograd<at::_ops::_softmax>(keys, self, dim, half_to_float);
+  }
+  if (records_nothing(self)) {
+    return below_autograd([&] { return at::_softmax(self, dim, half_to_float); });
   }
   if (!has_tangent(self)) {
     return SoftmaxFunction::apply(self, dim, half_to_float);
@@ -321,6 +354,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm(
   if (functorch_active()) {
     return generated_autograd<at::_ops::native_layer_norm>(
         keys, input, normalized_shape, weight_opt, bias_opt, eps);
+  }
+  if (records_nothing(input, weight_opt, bias_opt)) {
+    return below_autograd(
+        [&] { return at::native_layer_norm(input, normalized_shape, weight_opt, bias_opt, eps); });
   }
   const at::Tensor weight = weight_opt.value_or(at::Tensor());
   const at::Tensor bias = bias_opt.value_or(at::Tensor());
@@ -372,6 +409,9 @@ struct DropoutFunction : public torch::autograd::Function<DropoutFunction> {
 std::tuple<at::Tensor, at::Tensor> native_dropout(c10::DispatchKeySet keys, const at::Tensor& input, double p, std::optional<bool> train) {
   if (functorch_active()) {
     return generated_autograd<at::_ops::native_dropout>(keys, input, p, train);
+  }
+  if (records_nothing(input)) {
+    return below_autograd([&] { return at::native_dropout(input, p, train); });
   }
   auto outputs = DropoutFunction::apply(primal(input), p, train);
   if (has_tangent(input)) {
@@ -425,6 +465,12 @@ at::Tensor convolution(
     return generated_autograd<at::_ops::convolution>(
         keys, input, weight, bias_opt, stride, padding, dilation, transposed, output_padding,
         groups);
+  }
+  if (records_nothing(input, weight, bias_opt)) {
+    return below_autograd([&] {
+      return at::convolution(
+          input, weight, bias_opt, stride, padding, dilation, transposed, output_padding, groups);
+    });
   }
   const at::Tensor bias = bias_opt.value_or(at::Tensor());
   at::Tensor result = ConvolutionFunction::apply(
@@ -482,6 +528,11 @@ std::tuple<at::Tensor, at::Tensor> max_pool2d_with_indices(
   if (functorch_active()) {
     return generated_autograd<at::_ops::max_pool2d_with_indices>(
         keys, input, kernel_size, stride, padding, dilation, ceil_mode);
+  }
+  if (records_nothing(input)) {
+    return below_autograd([&] {
+      return at::max_pool2d_with_indices(input, kernel_size, stride, padding, dilation, ceil_mode);
+    });
   }
   auto outputs = MaxPoolFunction::apply(primal(input), kernel_size, stride, padding, dilation, ceil_mode);
   if (has_tangent(input)) {
