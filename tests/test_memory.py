@@ -26,6 +26,28 @@ def test_allocated_returns_to_baseline_after_del():
     assert torch.vdev.memory_allocated() == baseline
 
 
+def test_a_tensor_that_lets_go_of_its_memory_frees_it_after_ops_ran_on_it():
+    # Every op keeps a CPU alias with the tensor for its next op: that alias must not
+    # keep the memory alive once the tensor moves to other memory.
+    tensor = torch.ones(1024, 1024, device="vdev")  # 4 MiB
+    (tensor + 1).sum()
+    torch.logaddexp(tensor, tensor)  # through the fallback too
+    baseline = torch.vdev.memory_allocated()
+    tensor.set_()
+    assert torch.vdev.memory_allocated() == baseline - 4 * MiB
+    tensor.data = torch.full((3,), 2.0, device="vdev")
+    assert (tensor * 3).tolist() == [6.0, 6.0, 6.0]
+
+
+def test_ops_see_a_tensor_that_moved_to_new_memory():
+    tensor = torch.arange(4.0, device="vdev")
+    assert (tensor * 2).tolist() == [0.0, 2.0, 4.0, 6.0]
+    tensor.resize_(1 << 16)  # reallocates: the kept alias's data pointer is stale
+    tensor[4:].fill_(1.0)
+    expected = torch.arange(4.0).sum() + (1 << 16) - 4
+    assert (tensor * 1).sum().item() == expected.item()
+
+
 def test_memory_is_per_device():
     before = [torch.vdev.memory_allocated(i) for i in range(2)]
     tensor = torch.empty(MiB, dtype=torch.uint8, device="vdev:1")

@@ -83,9 +83,10 @@ at::Tensor cpu_alias(const at::Tensor& tensor);
 
 // cpu_alias for the arguments of a CPU kernel. Making an alias (a TensorImpl and a
 // StorageImpl) is most of an op's overhead, so the alias of the tensor's last op is
-// reused: between ops a kept alias owns nothing (its storage points nowhere), and
-// taking it sets all that cpu_alias would (memory, geometry, version counter) anew,
-// whatever the last kernel did to it. Hand it back with release_cpu_alias after the op.
+// reused: between ops a kept alias keeps its data pointer but holds the device storage
+// only weakly (no memory stays alive for it), and taking it sets all that cpu_alias
+// would (memory if the tensor moved, geometry, version counter) anew, whatever the
+// last kernel did to it. Hand it back with release_cpu_alias after the op.
 at::Tensor reusable_cpu_alias(const at::Tensor& tensor);
 // Keeps `alias` for `tensor`'s next op if nothing but the caller holds it (a kernel
 // may have kept a reference, or given it to Python).
