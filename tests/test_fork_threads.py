@@ -262,3 +262,35 @@ def test_threads_doing_mixed_work_on_two_devices():
                 stats[f"{key}.small_pool.current"] + stats[f"{key}.large_pool.current"]
             ), key
         assert stats["reserved_bytes.all.current"] >= stats["active_bytes.all.current"]
+
+
+def test_threads_reading_the_same_tensors_at_once():
+    # Each op borrows its arguments' kept CPU aliases; ops of other threads on the same
+    # tensors meanwhile make their own. Results and the shared inputs must be unaffected.
+    a_cpu = torch.randn(64, dtype=torch.float64)
+    b_cpu = torch.randn(64, dtype=torch.float64)
+    a, b = a_cpu.to("vdev"), b_cpu.to("vdev")
+    expected = [a_cpu + b_cpu, a_cpu * b_cpu, torch.logaddexp(a_cpu, b_cpu), a_cpu[::2] - b_cpu[1::2]]
+    failures = []
+
+    def work():
+        try:
+            for _ in range(400):
+                got = [a + b, a * b, torch.logaddexp(a, b), a[::2] - b[1::2]]
+                for value, reference in zip(got, expected):
+                    assert_close(value.cpu(), reference)
+        except Exception as error:  # reported by the main thread
+            failures.append(repr(error))
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+    assert_close(a.cpu(), a_cpu)
+    assert_close(b.cpu(), b_cpu)
+    # Kept aliases keep no memory alive: freeing the inputs frees their blocks at once.
+    allocated = torch.vdev.memory_allocated()
+    del a, b
+    assert torch.vdev.memory_allocated() == allocated - 2 * 64 * 8

@@ -65,9 +65,14 @@ const at::Tensor& CpuRedispatch::alias(const at::Tensor& tensor) {
   if (tensor.is_sparse()) {
     return alias_sparse(tensor);
   }
+  // Room first: from reusable_cpu_alias on, nothing may throw before the alias is in
+  // lent_, to be handed back (a kept alias is lent without a reference of its own).
+  storages_.reserve(storages_.size() + 1);
+  lent_.reserve(lent_.size() + 1);
   at::Tensor cpu = reusable_cpu_alias(tensor);
   storages_.emplace_back(
-      cpu.storage().unsafeGetStorageImpl(), tensor.storage().unsafeGetStorageImpl());
+      cpu.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl(),
+      tensor.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl());
   return lent_.emplace_back(tensor.unsafeGetTensorImpl(), std::move(cpu)).second;
 }
 
@@ -132,9 +137,7 @@ void CpuRedispatch::update_written() {
     if (written.cpu.is_neg() != original->is_neg()) {
       original->_set_neg(written.cpu.is_neg());
     }
-    if (written.cpu.sizes() != original->sizes() ||
-        written.cpu.strides() != original->strides() ||
-        written.cpu.storage_offset() != original->storage_offset()) {
+    if (!same_geometry(*written.cpu.unsafeGetTensorImpl(), *original)) {
       original->set_sizes_and_strides(
           written.cpu.sizes(), written.cpu.strides(), written.cpu.storage_offset());
     }

@@ -7,6 +7,8 @@
 #include <c10/core/StorageImpl.h>
 #include <c10/util/intrusive_ptr.h>
 
+#include <cstring>
+
 namespace vdev {
 namespace {
 const c10::DispatchKeySet kKeySet{c10::DispatchKey::PrivateUse1};
@@ -61,22 +63,37 @@ void TensorImpl::shallow_copy_from(const c10::intrusive_ptr<c10::TensorImpl>& im
 }
 
 TensorImpl::~TensorImpl() {
-  c10::TensorImpl* kept = kept_alias_.exchange(nullptr, std::memory_order_acquire);
-  if (kept != nullptr) {
-    c10::intrusive_ptr<c10::TensorImpl>::reclaim(kept);
+  const uintptr_t kept = kept_alias_.load(std::memory_order_acquire);
+  // An op holds the tensors it lends aliases of: none is lent now.
+  TORCH_INTERNAL_ASSERT((kept & kLentBit) == 0);
+  if (kept != 0) {
+    c10::intrusive_ptr<c10::TensorImpl>::reclaim(reinterpret_cast<c10::TensorImpl*>(kept));
   }
 }
 
-c10::intrusive_ptr<c10::TensorImpl> TensorImpl::take_kept_alias() {
-  c10::TensorImpl* kept = kept_alias_.exchange(nullptr, std::memory_order_acquire);
-  return kept == nullptr ? c10::intrusive_ptr<c10::TensorImpl>()
-                         : c10::intrusive_ptr<c10::TensorImpl>::reclaim(kept);
+c10::intrusive_ptr<c10::TensorImpl> TensorImpl::borrow_kept_alias() {
+  uintptr_t kept = kept_alias_.load(std::memory_order_relaxed);
+  if (kept == 0 || (kept & kLentBit) != 0 ||
+      !kept_alias_.compare_exchange_strong(
+          kept, kept | kLentBit, std::memory_order_acquire, std::memory_order_relaxed)) {
+    return c10::intrusive_ptr<c10::TensorImpl>();
+  }
+  return c10::intrusive_ptr<c10::TensorImpl>::reclaim(reinterpret_cast<c10::TensorImpl*>(kept));
+}
+
+void TensorImpl::return_kept_alias(c10::intrusive_ptr<c10::TensorImpl>& alias, bool keep) {
+  if (keep) {
+    kept_alias_.store(reinterpret_cast<uintptr_t>(alias.release()), std::memory_order_release);
+  } else {
+    kept_alias_.store(0, std::memory_order_release);
+  }
 }
 
 void TensorImpl::keep_alias(c10::intrusive_ptr<c10::TensorImpl> alias) {
-  c10::TensorImpl* expected = nullptr;
+  uintptr_t expected = 0;
   if (kept_alias_.compare_exchange_strong(
-          expected, alias.get(), std::memory_order_release, std::memory_order_relaxed)) {
+          expected, reinterpret_cast<uintptr_t>(alias.get()), std::memory_order_release,
+          std::memory_order_relaxed)) {
     alias.release();
   }
 }
@@ -201,31 +218,45 @@ at::Tensor cpu_alias(const at::Tensor& tensor) {
 }
 
 
+namespace {
+// VariableVersion offers no identity, but is a single intrusive pointer: equal bytes
+// are the same counter. Comparing first spares a kept alias two atomic reference-count
+// updates per op when (as almost always) it shares its tensor's counter already.
+bool same_counter(const c10::VariableVersion& a, const c10::VariableVersion& b) {
+  static_assert(sizeof(c10::VariableVersion) == sizeof(void*));
+  return std::memcmp(&a, &b, sizeof(c10::VariableVersion)) == 0;
+}
+} // namespace
+
 at::Tensor reusable_cpu_alias(const at::Tensor& tensor) {
   TensorImpl* owner = as_vdev_tensor_impl(tensor.unsafeGetTensorImpl());
   c10::intrusive_ptr<c10::TensorImpl> kept =
-      owner == nullptr ? c10::intrusive_ptr<c10::TensorImpl>() : owner->take_kept_alias();
-  // The alias's type, key set (inference or not) and autograd state are what a new
-  // alias would have; so is everything set below.
-  if (!kept || kept->dtype() != tensor.dtype() || kept->autograd_meta() != nullptr) {
+      owner == nullptr ? c10::intrusive_ptr<c10::TensorImpl>() : owner->borrow_kept_alias();
+  if (!kept) {
     return cpu_alias(tensor);
   }
-  c10::StorageImpl* device_storage = tensor.storage().unsafeGetStorageImpl();
-  c10::StorageImpl* alias_storage = kept->storage().unsafeGetStorageImpl();
+  // The alias's type, key set (inference or not) and autograd state are what a new
+  // alias would have; so is everything set below.
+  if (kept->dtype() != owner->dtype() || kept->autograd_meta() != nullptr) {
+    owner->return_kept_alias(kept, /*keep=*/false);
+    return cpu_alias(tensor);
+  }
+  // A vdev TensorImpl always has a storage: no need for storage()'s check.
+  c10::StorageImpl* device_storage = owner->unsafe_storage().unsafeGetStorageImpl();
+  c10::StorageImpl* alias_storage = kept->unsafe_storage().unsafeGetStorageImpl();
   if (!shows(*alias_storage, device_storage)) {
     alias_storage->set_data_ptr_noswap(weak_cpu_data_of(device_storage));
     alias_storage->set_nbytes(device_storage->nbytes());
     alias_storage->set_allocator(cpu_view_allocator(tensor.device().index()));
     alias_storage->set_resizable(device_storage->resizable());
   }
-  if (kept->sizes() != tensor.sizes() || kept->strides() != tensor.strides() ||
-      kept->storage_offset() != tensor.storage_offset()) {
-    kept->set_sizes_and_strides(tensor.sizes(), tensor.strides(), tensor.storage_offset());
+  if (!same_geometry(*kept, *owner)) {
+    kept->set_sizes_and_strides(owner->sizes(), owner->strides(), owner->storage_offset());
   }
-  kept->_set_conj(tensor.is_conj());
-  kept->_set_neg(tensor.is_neg());
-  if (!tensor.is_inference()) {
-    kept->set_version_counter(tensor.unsafeGetTensorImpl()->version_counter());
+  kept->_set_conj(owner->is_conj());
+  kept->_set_neg(owner->is_neg());
+  if (!owner->is_inference() && !same_counter(kept->version_counter(), owner->version_counter())) {
+    kept->set_version_counter(owner->version_counter());
   }
   return at::Tensor(std::move(kept));
 }
@@ -235,19 +266,27 @@ void release_cpu_alias(c10::TensorImpl& tensor, at::Tensor&& alias) {
   if (owner == nullptr) {
     return;  // not a dense vdev tensor (a sparse one, or a CPU tensor holding vdev memory)
   }
-  c10::TensorImpl* impl = alias.unsafeGetTensorImpl();
-  c10::StorageImpl& storage = *impl->storage().unsafeGetStorageImpl();
-  if (alias.use_count() != 1 || impl->storage().use_count() != 1 ||
+  c10::intrusive_ptr<c10::TensorImpl> impl = alias.unsafeReleaseIntrusivePtr();
+  c10::StorageImpl& storage = *impl->unsafe_storage().unsafeGetStorageImpl();
+  const bool lent = owner->lent(impl.get());
+  if (impl.use_count() != 1 || impl->unsafe_storage().use_count() != 1 ||
       impl->pyobj_slot()->load_pyobj() != nullptr || storage.pyobj_slot()->load_pyobj() != nullptr) {
     // The alias outlives the op (a kernel kept it, or gave it to Python): it must keep
-    // the memory it shows alive.
+    // the memory it shows alive, and is kept no longer.
     hold_device_memory(storage);
+    if (lent) {
+      owner->return_kept_alias(impl, /*keep=*/false);
+    }
     return;
   }
   // Kept, the alias must not keep the device memory alive: the tensor may move to
   // other memory, or die, before its next op.
   let_go_of_device_memory(storage);
-  owner->keep_alias(alias.unsafeReleaseIntrusivePtr());
+  if (lent) {
+    owner->return_kept_alias(impl, /*keep=*/true);
+  } else {
+    owner->keep_alias(std::move(impl));
+  }
 }
 
 } // namespace vdev

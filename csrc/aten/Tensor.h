@@ -6,6 +6,7 @@
 #include <c10/core/TensorImpl.h>
 
 #include <atomic>
+#include <cstdint>
 #include <typeinfo>
 
 namespace vdev {
@@ -30,10 +31,19 @@ class VDEV_API TensorImpl final : public c10::TensorImpl {
 
   ~TensorImpl() override;
 
-  // The CPU alias kept for this tensor's next op (see reusable_cpu_alias),
-  // taken out so that one op at a time has it; null if none is kept.
-  c10::intrusive_ptr<c10::TensorImpl> take_kept_alias();
-  // Keeps `alias` unless one is kept already (by another thread's op).
+  // The CPU alias kept for this tensor's ops (see reusable_cpu_alias), lent to one op
+  // at a time: null if none is kept or another op has it. The lent pointer carries
+  // the kept reference; give it back with return_kept_alias.
+  c10::intrusive_ptr<c10::TensorImpl> borrow_kept_alias();
+  // True if `alias` is this tensor's kept alias, lent to the caller.
+  bool lent(const c10::TensorImpl* alias) const {
+    return kept_alias_.load(std::memory_order_relaxed) ==
+        (reinterpret_cast<uintptr_t>(alias) | kLentBit);
+  }
+  // Gives a borrowed alias back: kept for the next op if `keep`, else no longer kept
+  // (the caller's pointer then holds the reference the tensor held).
+  void return_kept_alias(c10::intrusive_ptr<c10::TensorImpl>& alias, bool keep);
+  // Keeps a new alias unless one is kept (or lent) already.
   void keep_alias(c10::intrusive_ptr<c10::TensorImpl> alias);
 
  private:
@@ -41,8 +51,12 @@ class VDEV_API TensorImpl final : public c10::TensorImpl {
   c10::intrusive_ptr<c10::TensorImpl> detached_copy(
       VersionCounter&& version_counter, bool allow_tensor_metadata_change) const;
 
-  // Owns one reference (intrusive_ptr released into it).
-  std::atomic<c10::TensorImpl*> kept_alias_{nullptr};
+  // The kept alias, owning one reference (intrusive_ptr released into it), with
+  // kLentBit set while an op has it. Lending takes one atomic compare-and-swap and
+  // giving back a plain store: a lock-prefixed instruction costs about 5 ns, and this
+  // runs for every argument of every op.
+  static constexpr uintptr_t kLentBit = 1;
+  std::atomic<uintptr_t> kept_alias_{0};
 };
 
 inline bool is_vdev(const at::Tensor& tensor) {
@@ -60,6 +74,26 @@ inline TensorImpl* as_vdev_tensor_impl(c10::TensorImpl* impl) {
 
 inline bool has_vdev_tensor_impl(const at::Tensor& tensor) {
   return as_vdev_tensor_impl(tensor.unsafeGetTensorImpl()) != nullptr;
+}
+
+// Element by element: most tensors have few dimensions, for which the call to memcmp
+// that comparing IntArrayRefs makes costs more than the comparison.
+inline bool same_values(c10::IntArrayRef a, c10::IntArrayRef b) {
+  if (a.size() != b.size()) {
+    return false;
+  }
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i] != b[i]) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Same sizes, strides and storage offset.
+inline bool same_geometry(const c10::TensorImpl& a, const c10::TensorImpl& b) {
+  return a.storage_offset() == b.storage_offset() && same_values(a.sizes(), b.sizes()) &&
+      same_values(a.strides(), b.strides());
 }
 
 // Uninitialised device memory of `device` as a resizable storage.

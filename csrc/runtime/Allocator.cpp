@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <sstream>
 #include <unordered_map>
@@ -45,6 +46,7 @@ size_t round_block_size(size_t nbytes) {
 }
 
 struct Block {
+  void* ptr;
   size_t size;
   size_t requested;
   c10::DeviceIndex device;
@@ -106,16 +108,23 @@ size_t read_capacity() {
 
 void free_device_block(void* ptr);
 
+// The free blocks allocated on one stream, by size. Vectors per size in an
+// open-addressing map, not a multimap: once warm, taking and returning a block
+// allocates nothing (this runs for every tensor, on the per-op path of small ops).
+struct StreamCache {
+  c10::StreamId stream;
+  ska::flat_hash_map<size_t, std::vector<Block*>> free_blocks;
+};
+
 struct DevicePool {
-  // allocation stream -> block size -> free blocks. Vectors per size in open-addressing
-  // maps, not a multimap: once warm, taking and returning a block allocates nothing
-  // (this runs for every tensor, on the per-op path of small ops).
-  ska::flat_hash_map<c10::StreamId, ska::flat_hash_map<size_t, std::vector<void*>>> cached;
+  // A list searched in order, not a map: programs allocate on few streams, and the
+  // first one (usually the default stream) is found at once.
+  std::vector<StreamCache> cached;
   size_t cached_blocks = 0;
   // Freed blocks that recorded streams may still use, queued per stream by the point
   // marked in that stream when the block was freed (points increase along a queue).
   // A block is reusable once the host has observed each of its streams past its point.
-  std::unordered_map<c10::Stream, std::deque<std::pair<uint64_t, void*>>> pending;
+  std::unordered_map<c10::Stream, std::deque<std::pair<uint64_t, Block*>>> pending;
   DeviceStats stats;
 };
 
@@ -135,22 +144,22 @@ class Pools {
     std::lock_guard<std::mutex> lock(mutex_);
     DevicePool& pool = devices_[device];
     reclaim_pending(pool, /*all=*/false);
-    void* ptr = take_cached(pool, stream, size);
-    if (ptr == nullptr) {
-      ptr = allocate_segment(device, pool, size, nbytes);
-      blocks_.emplace(ptr, Block{size, nbytes, device, stream, true, {}});
+    Block* block = take_cached(pool, stream, size);
+    if (block == nullptr) {
+      void* ptr = allocate_segment(device, pool, size, nbytes);
+      block = blocks_.emplace(ptr, std::make_unique<Block>(Block{ptr, size, nbytes, device, stream, true, {}}))
+                  .first->second.get();
     } else {
       // A cached block keeps its entry (size, device and stream are unchanged).
-      Block& block = blocks_.find(ptr)->second;
-      block.requested = nbytes;
-      block.in_use = true;
+      block->requested = nbytes;
+      block->in_use = true;
     }
     update(pool.stats.allocation, small, 1);
     update(pool.stats.active, small, 1);
     update(pool.stats.allocated_bytes, small, static_cast<int64_t>(size));
     update(pool.stats.active_bytes, small, static_cast<int64_t>(size));
     update(pool.stats.requested_bytes, small, static_cast<int64_t>(nbytes));
-    return c10::DataPtr(ptr, ptr, &free_device_block, reported);
+    return c10::DataPtr(block->ptr, block->ptr, &free_device_block, reported);
   }
 
   // A block freed with recorded streams stays active (not allocated, not reusable)
@@ -159,8 +168,8 @@ class Pools {
   void release(void* ptr) {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = blocks_.find(ptr);
-    TORCH_INTERNAL_ASSERT(it != blocks_.end() && it->second.in_use, "vdev: freeing unknown pointer");
-    Block& block = it->second;
+    TORCH_INTERNAL_ASSERT(it != blocks_.end() && it->second->in_use, "vdev: freeing unknown pointer");
+    Block& block = *it->second;
     DevicePool& pool = devices_[block.device];
     const bool small = block.size < kSmallPoolLimit;
     update(pool.stats.allocation, small, -1);
@@ -168,11 +177,11 @@ class Pools {
     update(pool.stats.requested_bytes, small, -static_cast<int64_t>(block.requested));
     block.in_use = false;
     if (block.recorded_streams.empty()) {
-      cache_block(pool, ptr, block);
+      cache_block(pool, block);
       return;
     }
     for (const c10::Stream& stream : block.recorded_streams) {
-      pool.pending[stream].emplace_back(mark_stream_point(stream), ptr);
+      pool.pending[stream].emplace_back(mark_stream_point(stream), &block);
     }
     block.streams_to_pass = block.recorded_streams.size();
     block.recorded_streams.clear();
@@ -182,10 +191,10 @@ class Pools {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = blocks_.find(ptr);
     TORCH_CHECK(
-        it != blocks_.end() && it->second.in_use,
+        it != blocks_.end() && it->second->in_use,
         "record_stream: the tensor's memory is not a live block of ", kBackendName,
         "'s allocator");
-    Block& block = it->second;
+    Block& block = *it->second;
     if (stream.device_index() == block.device && stream.id() == block.stream) {
       return;
     }
@@ -204,7 +213,7 @@ class Pools {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = blocks_.find(const_cast<void*>(ptr));
     TORCH_CHECK(it != blocks_.end(), "Pointer ", ptr, " is not ", kBackendName, " device memory");
-    return it->second.device;
+    return it->second->device;
   }
 
   // Like CUDA's, emptying the cache first waits for the streams of freed blocks, which
@@ -262,26 +271,32 @@ class Pools {
   }
 
  private:
-  static void* take_cached(DevicePool& pool, c10::StreamId stream, size_t size) {
-    auto blocks = pool.cached.find(stream);
-    if (blocks == pool.cached.end()) {
-      return nullptr;
+  static StreamCache& stream_cache(DevicePool& pool, c10::StreamId stream) {
+    for (StreamCache& cache : pool.cached) {
+      if (cache.stream == stream) {
+        return cache;
+      }
     }
-    auto it = blocks->second.find(size);
-    if (it == blocks->second.end() || it->second.empty()) {
-      return nullptr;
-    }
-    void* ptr = it->second.back();
-    it->second.pop_back();
-    pool.cached_blocks -= 1;
-    return ptr;
+    return pool.cached.emplace_back(StreamCache{stream, {}});
   }
 
-  static void cache_block(DevicePool& pool, void* ptr, const Block& block) {
+  static Block* take_cached(DevicePool& pool, c10::StreamId stream, size_t size) {
+    auto& free_blocks = stream_cache(pool, stream).free_blocks;
+    auto it = free_blocks.find(size);
+    if (it == free_blocks.end() || it->second.empty()) {
+      return nullptr;
+    }
+    Block* block = it->second.back();
+    it->second.pop_back();
+    pool.cached_blocks -= 1;
+    return block;
+  }
+
+  static void cache_block(DevicePool& pool, Block& block) {
     const bool small = block.size < kSmallPoolLimit;
     update(pool.stats.active, small, -1);
     update(pool.stats.active_bytes, small, -static_cast<int64_t>(block.size));
-    pool.cached[block.stream][block.size].push_back(ptr);
+    stream_cache(pool, block.stream).free_blocks[block.size].push_back(&block);
     pool.cached_blocks += 1;
   }
 
@@ -291,11 +306,10 @@ class Pools {
     for (auto it = pool.pending.begin(); it != pool.pending.end();) {
       auto& [stream, queue] = *it;
       while (!queue.empty() && (all || stream_passed(stream, queue.front().first))) {
-        void* ptr = queue.front().second;
+        Block& block = *queue.front().second;
         queue.pop_front();
-        Block& block = blocks_.at(ptr);
         if (--block.streams_to_pass == 0) {
-          cache_block(pool, ptr, block);
+          cache_block(pool, block);
         }
       }
       it = queue.empty() ? pool.pending.erase(it) : std::next(it);
@@ -335,9 +349,10 @@ class Pools {
   }
 
   void release_cached(DevicePool& pool) {
-    for (auto& [stream, blocks] : pool.cached) {
-      for (auto& [size, ptrs] : blocks) {
-        for (void* ptr : ptrs) {
+    for (StreamCache& cache : pool.cached) {
+      for (auto& [size, blocks] : cache.free_blocks) {
+        for (Block* block : blocks) {
+          void* ptr = block->ptr;
           blocks_.erase(ptr);
           std::free(ptr);
           update(pool.stats.segment, size < kSmallPoolLimit, -1);
@@ -353,8 +368,9 @@ class Pools {
   const size_t capacity_;
   std::mutex mutex_;
   std::vector<DevicePool> devices_;
-  // Every block, in use, pending or cached: one open-addressing lookup per free.
-  ska::flat_hash_map<void*, Block> blocks_;
+  // Every block, in use, pending or cached: one open-addressing lookup per free. The
+  // blocks stay put while the map grows: caches and pending queues point to them.
+  ska::flat_hash_map<void*, std::unique_ptr<Block>> blocks_;
 };
 
 Pools& pools() {
