@@ -285,6 +285,26 @@ def test_ops_outside_the_lists_and_non_float_inputs_are_untouched():
         assert torch.mm(x.cpu(), x.cpu().t()).dtype == torch.float32
 
 
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda x: x + x,  # a native kernel's result
+        lambda x: torch.logaddexp(x, x),  # the fallback's
+        lambda x: x.t(),  # a view
+        lambda x: x.cpu().to("vdev"),  # a copy
+    ],
+    ids=["native", "fallback", "view", "copy"],
+)
+def test_results_of_ops_are_autocast_like_factory_tensors(make):
+    x = torch.rand(4, 4, device="vdev")
+    result = make(x)
+    assert torch._C._dispatch_keys(result) == torch._C._dispatch_keys(x)
+    with torch.autocast("vdev", dtype=torch.bfloat16):
+        assert torch.mm(result, result).dtype == torch.bfloat16
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert torch.mm(result, result).dtype == torch.float32
+
+
 def test_binary_cross_entropy_is_refused_as_on_cuda():
     probabilities = torch.rand(4, device="vdev")
     target = torch.rand(4, device="vdev")

@@ -99,7 +99,8 @@ struct OperatorFacts {
 class OperatorRegistry {
  public:
   struct Entry {
-    explicit Entry(const c10::FunctionSchema& schema) : facts(schema) {}
+    explicit Entry(const c10::FunctionSchema& schema) : schema(schema), facts(schema) {}
+    const c10::FunctionSchema& schema;
     const OperatorFacts facts;
     std::atomic<int64_t> fallback_calls{0};
   };
@@ -136,29 +137,29 @@ class OperatorRegistry {
   }
 
  private:
-  // Every fallback call needs its op's entry: each thread remembers the entries it
-  // looked up in a small direct-mapped cache, so most calls take neither the lock
-  // nor the map. Entries live forever, so a remembered one stays valid.
+  // Every fallback call needs its op's entry: a direct-mapped cache of the entries
+  // looked up so far serves most calls with one load, neither taking the lock nor
+  // hashing. Entries live forever, so a cached one stays valid; a slot holds one
+  // pointer, so a reader sees a whole entry or none.
   Entry& cached_entry(const c10::OperatorHandle& op) {
-    constexpr size_t kSlots = 64;
-    struct Slot {
-      const c10::FunctionSchema* schema = nullptr;
-      Entry* entry = nullptr;
-    };
-    thread_local Slot slots[kSlots];
     const c10::FunctionSchema* schema = &op.schema();
-    Slot& slot = slots[(reinterpret_cast<uintptr_t>(schema) / alignof(c10::FunctionSchema)) % kSlots];
-    if (slot.schema != schema) {
-      std::lock_guard<std::mutex> lock(mutex_);
-      auto found = entries_.find(schema);
-      if (found == entries_.end()) {
-        found = entries_.emplace(schema, std::make_unique<Entry>(*schema)).first;
-      }
-      slot = Slot{schema, found->second.get()};
+    std::atomic<Entry*>& slot =
+        cache_[(reinterpret_cast<uintptr_t>(schema) / alignof(c10::FunctionSchema)) % kCacheSlots];
+    Entry* cached = slot.load(std::memory_order_acquire);
+    if (cached != nullptr && &cached->schema == schema) {
+      return *cached;
     }
-    return *slot.entry;
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto found = entries_.find(schema);
+    if (found == entries_.end()) {
+      found = entries_.emplace(schema, std::make_unique<Entry>(*schema)).first;
+    }
+    slot.store(found->second.get(), std::memory_order_release);
+    return *found->second;
   }
 
+  static constexpr size_t kCacheSlots = 256;
+  std::atomic<Entry*> cache_[kCacheSlots] = {};
   std::mutex mutex_;
   ska::flat_hash_map<const c10::FunctionSchema*, std::unique_ptr<Entry>> entries_;
 };

@@ -13,13 +13,18 @@ namespace vdev {
 namespace {
 const c10::DispatchKeySet kKeySet{c10::DispatchKey::PrivateUse1};
 
-// `like` may be a CPU result of the fallback: its view gets the vdev equivalent.
+// The vdev equivalent of a CPU tensor's key set, the autocast key included (else
+// autocast("vdev") would pass over the results of ops).
+c10::DispatchKeySet vdev_key_set(c10::DispatchKeySet cpu) {
+  constexpr c10::BackendComponent kCpu = c10::BackendComponent::CPUBit;
+  constexpr c10::BackendComponent kVdev = c10::BackendComponent::PrivateUse1Bit;
+  return (cpu - c10::getAutocastRelatedKeySetFromBackend(kCpu)).remove_backend(kCpu) |
+      c10::DispatchKeySet(kVdev) | c10::getAutocastRelatedKeySetFromBackend(kVdev);
+}
+
+// `like` may be a CPU result of a CPU kernel: its view gets the vdev equivalent.
 c10::DispatchKeySet view_key_set(const at::Tensor& like) {
-  if (is_vdev(like)) {
-    return like.key_set();
-  }
-  return like.key_set().remove_backend(c10::BackendComponent::CPUBit) |
-      c10::DispatchKeySet(c10::BackendComponent::PrivateUse1Bit);
+  return is_vdev(like) ? like.key_set() : vdev_key_set(like.key_set());
 }
 } // namespace
 

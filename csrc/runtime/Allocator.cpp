@@ -10,12 +10,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <memory>
 #include <mutex>
 #include <sstream>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -108,6 +110,42 @@ size_t read_capacity() {
 
 void free_device_block(void* ptr);
 
+// The pools' lock. It is held for a few hash-map operations at a time (the rare
+// segment allocation and cache release aside), so a waiter spins briefly, then
+// yields. Unlocking is a plain store where a mutex's unlock is a second atomic
+// read-modify-write (~5 ns); every allocation and free of every op takes the lock.
+class SpinLock {
+ public:
+  void lock() {
+    while (locked_.exchange(true, std::memory_order_acquire)) {
+      for (int spins = 0; locked_.load(std::memory_order_relaxed); ++spins) {
+        if (spins < kSpinsBeforeYielding) {
+          pause();
+        } else {
+          std::this_thread::yield();
+        }
+      }
+    }
+  }
+
+  void unlock() {
+    locked_.store(false, std::memory_order_release);
+  }
+
+ private:
+  static constexpr int kSpinsBeforeYielding = 64;
+
+  static void pause() {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield");
+#endif
+  }
+
+  std::atomic<bool> locked_{false};
+};
+
 // The free blocks allocated on one stream, by size. Vectors per size in an
 // open-addressing map, not a multimap: once warm, taking and returning a block
 // allocates nothing (this runs for every tensor, on the per-op path of small ops).
@@ -141,7 +179,7 @@ class Pools {
     const size_t size = round_block_size(nbytes);
     const bool small = size < kSmallPoolLimit;
     const c10::StreamId stream = current_stream_id(device);
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<SpinLock> lock(lock_);
     DevicePool& pool = devices_[device];
     reclaim_pending(pool, /*all=*/false);
     Block* block = take_cached(pool, stream, size);
@@ -166,7 +204,7 @@ class Pools {
   // until those streams pass the point of the free, as CUDA's does until its events
   // complete.
   void release(void* ptr) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<SpinLock> lock(lock_);
     auto it = blocks_.find(ptr);
     TORCH_INTERNAL_ASSERT(it != blocks_.end() && it->second->in_use, "vdev: freeing unknown pointer");
     Block& block = *it->second;
@@ -188,7 +226,7 @@ class Pools {
   }
 
   void record_stream(void* ptr, c10::Stream stream) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<SpinLock> lock(lock_);
     auto it = blocks_.find(ptr);
     TORCH_CHECK(
         it != blocks_.end() && it->second->in_use,
@@ -205,12 +243,12 @@ class Pools {
   }
 
   bool owns(const void* ptr) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<SpinLock> lock(lock_);
     return blocks_.count(const_cast<void*>(ptr)) != 0;
   }
 
   c10::DeviceIndex device_of(const void* ptr) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<SpinLock> lock(lock_);
     auto it = blocks_.find(const_cast<void*>(ptr));
     TORCH_CHECK(it != blocks_.end(), "Pointer ", ptr, " is not ", kBackendName, " device memory");
     return it->second->device;
@@ -219,7 +257,7 @@ class Pools {
   // Like CUDA's, emptying the cache first waits for the streams of freed blocks, which
   // for vdev have done their work already.
   void empty_cache() {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<SpinLock> lock(lock_);
     for (auto& pool : devices_) {
       reclaim_pending(pool, /*all=*/true);
       release_cached(pool);
@@ -228,14 +266,14 @@ class Pools {
 
   DeviceStats stats(c10::DeviceIndex device) {
     check_device_index(device);
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<SpinLock> lock(lock_);
     return devices_[device].stats;
   }
 
   template <typename Reset>
   void reset(c10::DeviceIndex device, Reset reset_stat) {
     check_device_index(device);
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<SpinLock> lock(lock_);
     DeviceStats& stats = devices_[device].stats;
     for (StatArray* array :
          {&stats.allocation, &stats.segment, &stats.active, &stats.inactive_split,
@@ -251,7 +289,7 @@ class Pools {
 
   void reset_accumulated(c10::DeviceIndex device) {
     reset(device, [](Stat& stat) { stat.reset_accumulated(); });
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<SpinLock> lock(lock_);
     DeviceStats& stats = devices_[device].stats;
     stats.num_alloc_retries = 0;
     stats.num_ooms = 0;
@@ -265,7 +303,7 @@ class Pools {
 
   size_t reserved(c10::DeviceIndex device) {
     check_device_index(device);
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<SpinLock> lock(lock_);
     return static_cast<size_t>(
         devices_[device].stats.reserved_bytes[static_cast<size_t>(StatType::AGGREGATE)].current);
   }
@@ -366,7 +404,7 @@ class Pools {
   }
 
   const size_t capacity_;
-  std::mutex mutex_;
+  SpinLock lock_;
   std::vector<DevicePool> devices_;
   // Every block, in use, pending or cached: one open-addressing lookup per free. The
   // blocks stay put while the map grows: caches and pending queues point to them.
