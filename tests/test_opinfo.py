@@ -14,7 +14,6 @@ import types
 import torch
 from torch.testing._internal.common_device_type import (
     OpDTypes,
-    PrivateUse1TestBase,
     instantiate_device_type_tests,
     ops,
 )
@@ -22,7 +21,7 @@ from torch.testing._internal.common_methods_invocations import op_db
 from torch.testing._internal.common_utils import TestCase, run_tests
 from torch.utils._pytree import tree_map
 
-from device_suites import DEVICE_TYPE, expected_failure_decorators, result_device_type, tensors_in, to_cpu
+from device_suites import DEVICE_TYPE, result_device_type, tensors_in, to_cpu, with_expected_failures
 
 # One dtype per category, the first the op supports in each list.
 DTYPE_CATEGORIES = (
@@ -46,7 +45,8 @@ def with_one_dtype_per_category(op):
     return op
 
 
-representative_op_db = [with_one_dtype_per_category(op) for op in op_db]
+marked_op_db = with_expected_failures(op_db, "TestOpInfo")
+representative_op_db = [with_one_dtype_per_category(op) for op in marked_op_db]
 
 
 def sample_parts(sample):
@@ -178,7 +178,7 @@ class TestOpInfo(TestCase):
         self.for_each_sample(op.sample_inputs(device, dtype), check)
 
     @ops(
-        [op for op in op_db if op.supports_autograd],
+        [op for op in marked_op_db if op.supports_autograd],
         dtypes=OpDTypes.supported_backward,
         allowed_dtypes=(torch.float32, torch.float64),
     )
@@ -200,9 +200,7 @@ class TestOpInfo(TestCase):
         self.for_each_sample(op.sample_inputs(device, dtype, requires_grad=True), check)
 
 
-PrivateUse1TestBase.set_test_configs(op_overrides=expected_failure_decorators("TestOpInfo"))
 instantiate_device_type_tests(TestOpInfo, globals(), only_for=DEVICE_TYPE)
-PrivateUse1TestBase.set_test_configs()
 
 if __name__ == "__main__":
     run_tests()
