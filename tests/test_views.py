@@ -83,6 +83,35 @@ def test_version_counter_is_shared_with_views():
     assert base._version == view._version == before + 1
 
 
+def versions_of_op_results(device, inference_mode):
+    """Results of native, fallback and view ops, in-place writes through some of them,
+    then every tensor's version (None for inference tensors) and values."""
+    with torch.inference_mode(inference_mode):
+        base = torch.arange(12.0).reshape(3, 4).to(device)
+        fresh = base + 1  # native kernel
+        other = torch.logaddexp(base, fresh)  # fallback
+        values, indices = torch.cummax(base, 1)  # fallback, two results
+        windows = fresh.unfold(1, 2, 2)  # fallback view
+        left, right = other.split(2, 1)
+        fresh.add_(1)
+        windows.mul_(2)
+        values.add_(1)
+        left.zero_()
+        torch.logaddexp(base, base, out=other)
+        tensors = [base, fresh, other, values, indices, windows, left, right]
+        return [None if t.is_inference() else t._version for t in tensors], [t.cpu() for t in tensors]
+
+
+@pytest.mark.parametrize("inference_mode", [False, True], ids=["normal", "inference_mode"])
+def test_op_results_count_versions_as_on_cpu(inference_mode):
+    torch_vdev.reset_fallback_stats()
+    versions, values = versions_of_op_results("vdev", inference_mode)
+    assert {"aten::logaddexp", "aten::_cummax_helper", "aten::unfold"} <= set(torch_vdev.fallback_stats())
+    cpu_versions, cpu_values = versions_of_op_results("cpu", inference_mode)
+    assert versions == cpu_versions
+    assert_close(values, cpu_values)
+
+
 def test_view_of_incompatible_strides_errors():
     with pytest.raises(RuntimeError, match="view size is not compatible"):
         torch.randn(4, 6, device="vdev").t().view(24)

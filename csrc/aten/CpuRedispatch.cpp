@@ -177,9 +177,8 @@ at::Tensor CpuRedispatch::to_device(const at::Tensor& cpu) {
   c10::StorageImpl* storage = cpu.storage().unsafeGetStorageImpl();
   for (const auto& [cpu_storage, device_storage] : storages_) {
     if (cpu_storage == storage) {
-      return view_of_storage(
-          c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(device_storage)), cpu,
-          cpu.sizes(), cpu.strides(), cpu.storage_offset());
+      return device_tensor_for(
+          c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(device_storage)), cpu);
     }
   }
   if (owns_device_memory(storage->data_ptr())) {
@@ -190,7 +189,7 @@ at::Tensor CpuRedispatch::to_device(const at::Tensor& cpu) {
       adopt_device_memory(storage->mutable_data_ptr(), device_);
       storage->set_allocator(&caching_allocator());
     }
-    return view_of_storage(cpu.storage(), cpu, cpu.sizes(), cpu.strides(), cpu.storage_offset());
+    return device_tensor_for(cpu.storage(), cpu);
   }
   // Memory the kernel did not allocate through the CPU allocator (a constant, a
   // CPU argument returned as is): the one case that needs a copy.

@@ -21,11 +21,6 @@ c10::DispatchKeySet vdev_key_set(c10::DispatchKeySet cpu) {
   return (cpu - c10::getAutocastRelatedKeySetFromBackend(kCpu)).remove_backend(kCpu) |
       c10::DispatchKeySet(kVdev) | c10::getAutocastRelatedKeySetFromBackend(kVdev);
 }
-
-// `like` may be a CPU result of a CPU kernel: its view gets the vdev equivalent.
-c10::DispatchKeySet view_key_set(const at::Tensor& like) {
-  return is_vdev(like) ? like.key_set() : vdev_key_set(like.key_set());
-}
 } // namespace
 
 TensorImpl::TensorImpl(c10::Storage&& storage, caffe2::TypeMeta dtype)
@@ -35,6 +30,17 @@ TensorImpl::TensorImpl(
     c10::TensorImpl::ImplType view, c10::Storage&& storage, c10::DispatchKeySet base_key_set,
     caffe2::TypeMeta dtype)
     : c10::TensorImpl(view, std::move(storage), base_key_set, dtype) {}
+
+TensorImpl::TensorImpl(
+    c10::Storage&& storage, const c10::TensorImpl& cpu_result, c10::DispatchKeySet key_set)
+    // Made with the key set of an inference tensor, which gets no version counter of
+    // its own, then given the real one.
+    : c10::TensorImpl(c10::TensorImpl::VIEW, std::move(storage), kKeySet, cpu_result.dtype()) {
+  key_set_ = key_set - c10::python_ks;
+  if (!is_inference()) {
+    version_counter_ = cpu_result.version_counter();
+  }
+}
 
 template <typename VersionCounter>
 c10::intrusive_ptr<c10::TensorImpl> TensorImpl::detached_copy(
@@ -124,16 +130,32 @@ at::Tensor empty_tensor(
   return tensor;
 }
 
-at::Tensor view_of_storage(
-    c10::Storage storage, const at::Tensor& like, c10::IntArrayRef sizes,
-    c10::IntArrayRef strides, int64_t storage_offset) {
-  auto view = at::detail::make_tensor<TensorImpl>(
-      c10::TensorImpl::VIEW, std::move(storage), view_key_set(like), like.dtype());
-  auto* impl = view.unsafeGetTensorImpl();
+namespace {
+at::Tensor with_geometry(
+    at::Tensor tensor, const at::Tensor& like, c10::IntArrayRef sizes, c10::IntArrayRef strides,
+    int64_t storage_offset) {
+  auto* impl = tensor.unsafeGetTensorImpl();
   impl->set_sizes_and_strides(sizes, strides, storage_offset);
   impl->_set_conj(like.is_conj());
   impl->_set_neg(like.is_neg());
-  return view;
+  return tensor;
+}
+} // namespace
+
+at::Tensor view_of_storage(
+    c10::Storage storage, const at::Tensor& like, c10::IntArrayRef sizes,
+    c10::IntArrayRef strides, int64_t storage_offset) {
+  return with_geometry(
+      at::detail::make_tensor<TensorImpl>(
+          c10::TensorImpl::VIEW, std::move(storage), like.key_set(), like.dtype()),
+      like, sizes, strides, storage_offset);
+}
+
+at::Tensor device_tensor_for(c10::Storage storage, const at::Tensor& cpu_result) {
+  return with_geometry(
+      at::detail::make_tensor<TensorImpl>(
+          std::move(storage), *cpu_result.unsafeGetTensorImpl(), vdev_key_set(cpu_result.key_set())),
+      cpu_result, cpu_result.sizes(), cpu_result.strides(), cpu_result.storage_offset());
 }
 
 namespace {

@@ -20,6 +20,10 @@ class VDEV_API TensorImpl final : public c10::TensorImpl {
   TensorImpl(
       c10::TensorImpl::ImplType view, c10::Storage&& storage, c10::DispatchKeySet base_key_set,
       caffe2::TypeMeta dtype);
+  // The vdev tensor for a CPU kernel's result over `storage`: it takes the result's
+  // version counter over rather than allocating one (as c10::TensorImpl's
+  // constructors do), which an op would otherwise pay for twice per result.
+  TensorImpl(c10::Storage&& storage, const c10::TensorImpl& cpu_result, c10::DispatchKeySet key_set);
 
   c10::intrusive_ptr<c10::TensorImpl> shallow_copy_and_detach(
       const c10::VariableVersion& version_counter,
@@ -108,6 +112,10 @@ at::Tensor empty_tensor(
 at::Tensor view_of_storage(
     c10::Storage storage, const at::Tensor& like, c10::IntArrayRef sizes,
     c10::IntArrayRef strides, int64_t storage_offset);
+
+// The vdev tensor for `cpu_result`, a CPU kernel's result over `storage`'s memory:
+// its geometry, conj/neg bits and version counter.
+at::Tensor device_tensor_for(c10::Storage storage, const at::Tensor& cpu_result);
 
 // A CPU tensor over the same memory, sizes, strides and offset as a vdev tensor, so
 // that CPU kernels read and write device memory directly. It keeps the device
