@@ -16,6 +16,10 @@ void CpuRedispatch::note_tensor(const at::Tensor& tensor, CpuTensors cpu) {
     return;
   }
   if (is_vdev(tensor)) {
+    if (accelerator_dtypes_ != nullptr &&
+        accelerator_dtypes_->compute_type(tensor.scalar_type()) != c10::ScalarType::Undefined) {
+      widening_ = true;
+    }
     const c10::DeviceIndex index = tensor.device().index();
     TORCH_CHECK(
         device_ < 0 || device_ == index,
@@ -73,7 +77,42 @@ const at::Tensor& CpuRedispatch::alias(const at::Tensor& tensor) {
   storages_.emplace_back(
       cpu.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl(),
       tensor.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl());
-  return lent_.emplace_back(tensor.unsafeGetTensorImpl(), std::move(cpu)).second;
+  const at::Tensor& lent = lent_.emplace_back(tensor.unsafeGetTensorImpl(), std::move(cpu)).second;
+  if (widening_) {
+    if (const at::Tensor* wide = widened(tensor)) {
+      return *wide;
+    }
+  }
+  return lent;
+}
+
+const at::Tensor* CpuRedispatch::widened(const at::Tensor& tensor) {
+  const c10::ScalarType dtype = tensor.scalar_type();
+  const c10::ScalarType compute = accelerator_dtypes_->compute_type(dtype);
+  if (compute == c10::ScalarType::Undefined) {
+    return nullptr;
+  }
+  bool known = false;
+  for (const auto& [original, computed] : widened_types_) {
+    known = known || (original == dtype && computed == compute);
+  }
+  if (!known) {
+    widened_types_.emplace_back(dtype, compute);
+  }
+  at::Tensor wide = lent_alias(tensor)->to(compute);
+  return &widened_.emplace_back(Widened{tensor.unsafeGetTensorImpl(), std::move(wide)}).cpu;
+}
+
+at::Tensor CpuRedispatch::narrowed(const at::Tensor& cpu) {
+  for (const auto& [original, compute] : widened_types_) {
+    const c10::ScalarType narrow = narrowed_type(cpu.scalar_type(), original, compute);
+    if (narrow != cpu.scalar_type()) {
+      // In device memory, to be adopted without a copy.
+      Scope scope(device_);
+      return cpu.to(narrow);
+    }
+  }
+  return cpu;
 }
 
 const at::Tensor& CpuRedispatch::alias_sparse(const at::Tensor& tensor) {
@@ -92,9 +131,20 @@ const at::Tensor& CpuRedispatch::alias_sparse(const at::Tensor& tensor) {
 }
 
 at::Tensor* CpuRedispatch::made_alias(const at::Tensor& tensor) {
-  for (auto& [lent_tensor, lent_alias] : lent_) {
+  if (widening_) {
+    for (Widened& wide : widened_) {
+      if (wide.original == tensor.unsafeGetTensorImpl()) {
+        return &wide.cpu;
+      }
+    }
+  }
+  return lent_alias(tensor);
+}
+
+at::Tensor* CpuRedispatch::lent_alias(const at::Tensor& tensor) {
+  for (auto& [lent_tensor, lent] : lent_) {
     if (lent_tensor == tensor.unsafeGetTensorImpl()) {
-      return &lent_alias;
+      return &lent;
     }
   }
   return nullptr;
@@ -103,7 +153,14 @@ at::Tensor* CpuRedispatch::made_alias(const at::Tensor& tensor) {
 const at::Tensor& CpuRedispatch::alias_written(const at::Tensor& tensor) {
   const at::Tensor& cpu = alias(tensor);
   if (is_vdev(tensor) && written_original(cpu) == nullptr) {
-    written_.push_back(Written{&tensor, cpu, tensor.is_sparse() ? nullptr : cpu.storage().data()});
+    if (tensor.is_sparse()) {
+      written_.push_back(Written{&tensor, cpu, nullptr, at::Tensor()});
+    } else {
+      const at::Tensor& narrow_alias = *lent_alias(tensor);
+      const bool wide = narrow_alias.unsafeGetTensorImpl() != cpu.unsafeGetTensorImpl();
+      written_.push_back(
+          Written{&tensor, cpu, narrow_alias.storage().data(), wide ? narrow_alias : at::Tensor()});
+    }
   }
   return cpu;
 }
@@ -121,7 +178,15 @@ void CpuRedispatch::update_written() {
       update_written_sparse(*written.original, written.cpu);
       continue;
     }
-    c10::StorageImpl* cpu_storage = written.cpu.storage().unsafeGetStorageImpl();
+    if (written.narrow_alias.defined()) {
+      Scope scope(device_);
+      if (written.narrow_alias.sizes() != written.cpu.sizes()) {
+        written.narrow_alias.resize_(written.cpu.sizes());
+      }
+      written.narrow_alias.copy_(written.cpu);
+    }
+    const at::Tensor& cpu = written.narrow_alias.defined() ? written.narrow_alias : written.cpu;
+    c10::StorageImpl* cpu_storage = cpu.storage().unsafeGetStorageImpl();
     c10::TensorImpl* original = written.original->unsafeGetTensorImpl();
     if (cpu_storage->data() != written.original_data) {
       c10::DataPtr data = cpu_storage->set_data_ptr(c10::DataPtr());
@@ -131,15 +196,15 @@ void CpuRedispatch::update_written() {
       device_storage->set_nbytes(cpu_storage->nbytes());
     }
     // Some kernels leave their result a lazy conjugate (linalg_lu_solve with left=False).
-    if (written.cpu.is_conj() != original->is_conj()) {
-      original->_set_conj(written.cpu.is_conj());
+    if (cpu.is_conj() != original->is_conj()) {
+      original->_set_conj(cpu.is_conj());
     }
-    if (written.cpu.is_neg() != original->is_neg()) {
-      original->_set_neg(written.cpu.is_neg());
+    if (cpu.is_neg() != original->is_neg()) {
+      original->_set_neg(cpu.is_neg());
     }
-    if (!same_geometry(*written.cpu.unsafeGetTensorImpl(), *original)) {
+    if (!same_geometry(*cpu.unsafeGetTensorImpl(), *original)) {
       original->set_sizes_and_strides(
-          written.cpu.sizes(), written.cpu.strides(), written.cpu.storage_offset());
+          cpu.sizes(), cpu.strides(), cpu.storage_offset());
     }
   }
 }
@@ -165,6 +230,12 @@ const at::Tensor* CpuRedispatch::written_original(const at::Tensor& cpu_result) 
 at::Tensor CpuRedispatch::to_device(const at::Tensor& cpu) {
   if (!cpu.defined() || !cpu.device().is_cpu()) {
     return cpu;
+  }
+  if (widening_ && cpu.layout() == c10::kStrided) {
+    at::Tensor narrow = narrowed(cpu);
+    if (!narrow.is_same(cpu)) {
+      return to_device(narrow);
+    }
   }
   if (cpu.is_sparse()) {
     return at::_sparse_coo_tensor_with_dims_and_tensors(

@@ -62,15 +62,23 @@ bool is_index_list(const c10::Argument& argument) {
       type->containedType(0)->kind() == c10::TypeKind::OptionalType;
 }
 
+bool is_dtype(const c10::Argument& argument) {
+  const auto& type = argument.type();
+  const auto& named = type->kind() == c10::TypeKind::OptionalType ? type->containedType(0) : type;
+  return named->kind() == c10::TypeKind::ScalarTypeType;
+}
+
 // What run_on_cpu_aliases needs of an operator's schema, worked out on its first call
 // rather than walking the schema (alias sets, types) on every call.
 struct OperatorFacts {
-  explicit OperatorFacts(const c10::FunctionSchema& schema) {
+  explicit OperatorFacts(const c10::FunctionSchema& schema)
+      : accelerator_dtypes(vdev::accelerator_dtypes(schema.name())) {
     const auto& arguments = schema.arguments();
     for (const c10::Argument& argument : arguments) {
       written.push_back(is_written(argument));
       index_list.push_back(is_index_list(argument));
       optional_generator.push_back(is_optional_generator(argument));
+      dtype.push_back(is_dtype(argument));
     }
     for (const c10::Argument& result : schema.returns()) {
       int argument_index = -1;
@@ -90,8 +98,10 @@ struct OperatorFacts {
   c10::SmallVector<bool, 8> written;
   c10::SmallVector<bool, 8> index_list;
   c10::SmallVector<bool, 8> optional_generator;
+  c10::SmallVector<bool, 8> dtype;
   // For each result, the written argument it returns (in-place, out=), or -1.
   c10::SmallVector<int, 4> written_argument_of_result;
+  const AcceleratorDtypes* accelerator_dtypes;
 };
 
 // Per operator, keyed by its schema (which lives as long as the operator): its facts
@@ -185,6 +195,7 @@ void run_with_facts(
       std::make_move_iterator(stack->begin() + static_cast<std::ptrdiff_t>(first)),
       std::make_move_iterator(stack->end()));
   CpuRedispatch call(schema.name().c_str());
+  call.accept_accelerator_dtypes(facts.accelerator_dtypes);
 
   for (size_t i = 0; i < argument_count; ++i) {
     const c10::IValue& value = originals[i];
@@ -228,6 +239,8 @@ void run_with_facts(
       value = call.generator(original.toGenerator());
     } else if (original.isNone() && facts.optional_generator[i]) {
       value = call.generator(std::nullopt);
+    } else if (facts.dtype[i] && original.isInt()) {
+      value = static_cast<int64_t>(call.dtype_argument(static_cast<c10::ScalarType>(original.toInt())));
     } else {
       value = original;
     }
