@@ -4,8 +4,11 @@
 #include "runtime/Device.h"
 #include "runtime/Generator.h"
 
+#include <ATen/SparseCsrTensorImpl.h>
+#include <ATen/SparseCsrTensorUtils.h>
 #include <ATen/SparseTensorImpl.h>
 #include <ATen/native/SparseTensorUtils.h>
+#include <ATen/ops/_sparse_compressed_tensor_unsafe.h>
 #include <ATen/ops/_sparse_coo_tensor_with_dims_and_tensors.h>
 #include <ATen/ops/empty_strided.h>
 
@@ -69,6 +72,9 @@ const at::Tensor& CpuRedispatch::alias(const at::Tensor& tensor) {
   if (tensor.is_sparse()) {
     return alias_sparse(tensor);
   }
+  if (at::sparse_csr::is_sparse_compressed(tensor)) {
+    return alias_sparse_compressed(tensor);
+  }
   // Room first: from reusable_cpu_alias on, nothing may throw before the alias is in
   // lent_, to be handed back (a kept alias is lent without a reference of its own).
   storages_.reserve(storages_.size() + 1);
@@ -130,6 +136,20 @@ const at::Tensor& CpuRedispatch::alias_sparse(const at::Tensor& tensor) {
   return lent_.emplace_back(tensor.unsafeGetTensorImpl(), std::move(cpu)).second;
 }
 
+const at::Tensor& CpuRedispatch::alias_sparse_compressed(const at::Tensor& tensor) {
+  const at::SparseCsrTensorImpl* compressed = at::sparse_csr::get_sparse_csr_impl(tensor);
+  // Held here, as alias_sparse's parts.
+  sparse_parts_.push_back(compressed->compressed_indices());
+  sparse_parts_.push_back(compressed->plain_indices());
+  sparse_parts_.push_back(compressed->values());
+  at::Tensor compressed_indices = alias(compressed->compressed_indices());
+  at::Tensor plain_indices = alias(compressed->plain_indices());
+  at::Tensor values = alias(compressed->values());
+  at::Tensor cpu = at::_sparse_compressed_tensor_unsafe(
+      compressed_indices, plain_indices, values, tensor.sizes(), tensor.options().device(c10::kCPU));
+  return lent_.emplace_back(tensor.unsafeGetTensorImpl(), std::move(cpu)).second;
+}
+
 at::Tensor* CpuRedispatch::made_alias(const at::Tensor& tensor) {
   if (widening_) {
     for (Widened& wide : widened_) {
@@ -153,7 +173,7 @@ at::Tensor* CpuRedispatch::lent_alias(const at::Tensor& tensor) {
 const at::Tensor& CpuRedispatch::alias_written(const at::Tensor& tensor) {
   const at::Tensor& cpu = alias(tensor);
   if (is_vdev(tensor) && written_original(cpu) == nullptr) {
-    if (tensor.is_sparse()) {
+    if (tensor.is_sparse() || at::sparse_csr::is_sparse_compressed(tensor)) {
       written_.push_back(Written{&tensor, cpu, nullptr, at::Tensor()});
     } else {
       const at::Tensor& narrow_alias = *lent_alias(tensor);
@@ -176,6 +196,14 @@ void CpuRedispatch::update_written() {
   for (Written& written : written_) {
     if (written.cpu.is_sparse()) {
       update_written_sparse(*written.original, written.cpu);
+      continue;
+    }
+    if (at::sparse_csr::is_sparse_compressed(written.cpu)) {
+      at::sparse_csr::get_sparse_csr_impl(*written.original)
+          ->set_member_tensors(
+              to_device(at::sparse_csr::get_sparse_csr_impl(written.cpu)->compressed_indices()),
+              to_device(at::sparse_csr::get_sparse_csr_impl(written.cpu)->plain_indices()), to_device(written.cpu.values()),
+              written.cpu.sizes());
       continue;
     }
     if (written.narrow_alias.defined()) {
@@ -242,8 +270,13 @@ at::Tensor CpuRedispatch::to_device(const at::Tensor& cpu) {
         cpu.sparse_dim(), cpu.dense_dim(), cpu.sizes(), to_device(cpu._indices()),
         to_device(cpu._values()), cpu.options().device(make_device(device_)), cpu.is_coalesced());
   }
+  if (at::sparse_csr::is_sparse_compressed(cpu)) {
+    return at::_sparse_compressed_tensor_unsafe(
+        to_device(at::sparse_csr::get_sparse_csr_impl(cpu)->compressed_indices()), to_device(at::sparse_csr::get_sparse_csr_impl(cpu)->plain_indices()),
+        to_device(cpu.values()), cpu.sizes(), cpu.options().device(make_device(device_)));
+  }
   TORCH_CHECK_NOT_IMPLEMENTED(
-      cpu.layout() == c10::kStrided, kBackendName, " supports strided and sparse COO tensors, not ",
+      cpu.layout() == c10::kStrided, kBackendName, " supports strided, sparse COO and sparse compressed tensors, not ",
       cpu.layout(), " ones (", op_name_, " returned one)");
   c10::StorageImpl* storage = cpu.storage().unsafeGetStorageImpl();
   for (const auto& [cpu_storage, device_storage] : storages_) {

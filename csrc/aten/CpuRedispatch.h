@@ -25,8 +25,9 @@ namespace vdev {
 //  - results become vdev tensors (to_device): views of an argument's storage, fresh
 //    device memory adopted as is, or - for memory the kernel did not allocate - a copy;
 //  - written arguments take over what the kernel did to their aliases (update_written);
-//  - a sparse COO tensor is a SparseCPU tensor over aliases of its indices and values,
-//    and a sparse result becomes a vdev sparse tensor over its converted ones;
+//  - a sparse COO (compressed) tensor is a SparseCPU (SparseCsrCPU) tensor over aliases
+//    of its indices and values, and a sparse result becomes a vdev sparse tensor over
+//    its converted ones;
 //  - for an op with accelerator dtypes (AcceleratorDtypes.h) called with one, arguments
 //    of those dtypes reach the kernel as copies in the dtype it computes them in, and
 //    results come back narrowed (written arguments by a copy back).
@@ -119,6 +120,9 @@ class CpuRedispatch {
 
   // A sparse COO vdev tensor as a SparseCPU tensor over aliases of its indices and values.
   const at::Tensor& alias_sparse(const at::Tensor& tensor);
+  // A sparse compressed (CSR, CSC, BSR, BSC) vdev tensor as a SparseCsrCPU tensor over
+  // aliases of its compressed and plain indices and values.
+  const at::Tensor& alias_sparse_compressed(const at::Tensor& tensor);
   void update_written_sparse(const at::Tensor& original, const at::Tensor& cpu);
 
   const char* op_name_;

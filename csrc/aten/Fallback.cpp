@@ -288,8 +288,9 @@ void reset_fallback_stats() {
 
 namespace {
 
-// `cpu_key` is the key of the CPU kernels that run: CPU, or SparseCPU when a sparse
-// tensor is among the arguments (sparse kernels also take the dense ones).
+// `cpu_key` is the key of the CPU kernels that run: CPU, or SparseCPU (SparseCsrCPU)
+// when a sparse COO (compressed) tensor is among the arguments (sparse kernels also
+// take the dense ones).
 void fallback_to(c10::DispatchKey cpu_key, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   static const FallbackMode mode = read_fallback_mode();
   bool first_call = false;
@@ -309,6 +310,10 @@ void fallback_to(c10::DispatchKey cpu_key, const c10::OperatorHandle& op, torch:
 
 void sparse_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   fallback_to(c10::DispatchKey::SparseCPU, op, stack);
+}
+
+void sparse_compressed_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  fallback_to(c10::DispatchKey::SparseCsrCPU, op, stack);
 }
 
 } // namespace
@@ -388,8 +393,9 @@ class DirectFallbacks {
   }
 
  private:
-  // The dense and the sparse COO counterparts: an op with a composite kernel and a
-  // CPU (SparseCPU) one gets the fallback for vdev (sparse vdev) tensors.
+  // The dense, sparse COO and sparse compressed counterparts: an op with a composite
+  // kernel and a CPU (SparseCPU, SparseCsrCPU) one gets the fallback for vdev tensors
+  // of that layout.
   struct Target {
     c10::DispatchKey cpu_key;
     c10::DispatchKey vdev_key;
@@ -400,6 +406,8 @@ class DirectFallbacks {
        &c10::KernelFunction::makeFromBoxedFunction<&cpu_fallback>},
       {c10::DispatchKey::SparseCPU, c10::DispatchKey::SparsePrivateUse1,
        &c10::KernelFunction::makeFromBoxedFunction<&sparse_cpu_fallback>},
+      {c10::DispatchKey::SparseCsrCPU, c10::DispatchKey::SparseCsrPrivateUse1,
+       &c10::KernelFunction::makeFromBoxedFunction<&sparse_compressed_cpu_fallback>},
   };
 
   struct Op {
@@ -460,6 +468,24 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
 
 TORCH_LIBRARY_IMPL(_, SparsePrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&sparse_cpu_fallback>());
+}
+
+// Quantized tensors are deprecated in PyTorch 2.13 (quantize_per_tensor warns that they
+// will be removed): vdev has no quantized kernels, and says so instead of PyTorch's
+// generic "could not run" error.
+void refuse_quantized(const c10::OperatorHandle& op, torch::jit::Stack* /*stack*/) {
+  TORCH_CHECK_NOT_IMPLEMENTED(
+      false, kBackendName, " does not support quantized tensors: they are deprecated in PyTorch 2.13 ",
+      "and ", kBackendName, " has no quantized kernels (", full_name(op.schema()),
+      "). Dequantize first (tensor.dequantize()), or use low-precision dtypes such as float8_e4m3fn.");
+}
+
+TORCH_LIBRARY_IMPL(_, QuantizedPrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&refuse_quantized>());
+}
+
+TORCH_LIBRARY_IMPL(_, SparseCsrPrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&sparse_compressed_cpu_fallback>());
 }
 
 } // namespace vdev
