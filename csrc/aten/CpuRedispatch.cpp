@@ -55,6 +55,8 @@ c10::DeviceIndex CpuRedispatch::device() {
 
 CpuRedispatch::~CpuRedispatch() {
   written_.clear();
+  // First, so that the aliases they share a storage with may be kept.
+  storage_sharing_aliases_.clear();
   for (auto& [tensor, cpu] : lent_) {
     release_cpu_alias(*tensor, std::move(cpu));
   }
@@ -75,28 +77,34 @@ const at::Tensor& CpuRedispatch::alias(const at::Tensor& tensor) {
   if (at::sparse_csr::is_sparse_compressed(tensor)) {
     return alias_sparse_compressed(tensor);
   }
+  c10::StorageImpl* device_storage = tensor.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl();
+  for (const auto& [alias_storage, shown_storage] : storages_) {
+    if (shown_storage == device_storage) {
+      const at::Tensor& shared =
+          storage_sharing_aliases_
+              .emplace_back(
+                  tensor.unsafeGetTensorImpl(),
+                  cpu_alias_over(
+                      tensor, c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(alias_storage))))
+              .second;
+      return widening_ ? widened(tensor, shared) : shared;
+    }
+  }
   // Room first: from reusable_cpu_alias on, nothing may throw before the alias is in
   // lent_, to be handed back (a kept alias is lent without a reference of its own).
   storages_.reserve(storages_.size() + 1);
   lent_.reserve(lent_.size() + 1);
   at::Tensor cpu = reusable_cpu_alias(tensor);
-  storages_.emplace_back(
-      cpu.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl(),
-      tensor.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl());
+  storages_.emplace_back(cpu.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl(), device_storage);
   const at::Tensor& lent = lent_.emplace_back(tensor.unsafeGetTensorImpl(), std::move(cpu)).second;
-  if (widening_) {
-    if (const at::Tensor* wide = widened(tensor)) {
-      return *wide;
-    }
-  }
-  return lent;
+  return widening_ ? widened(tensor, lent) : lent;
 }
 
-const at::Tensor* CpuRedispatch::widened(const at::Tensor& tensor) {
+const at::Tensor& CpuRedispatch::widened(const at::Tensor& tensor, const at::Tensor& alias) {
   const c10::ScalarType dtype = tensor.scalar_type();
   const c10::ScalarType compute = accelerator_dtypes_->compute_type(dtype);
   if (compute == c10::ScalarType::Undefined) {
-    return nullptr;
+    return alias;
   }
   bool known = false;
   for (const auto& [original, computed] : widened_types_) {
@@ -105,8 +113,7 @@ const at::Tensor* CpuRedispatch::widened(const at::Tensor& tensor) {
   if (!known) {
     widened_types_.emplace_back(dtype, compute);
   }
-  at::Tensor wide = lent_alias(tensor)->to(compute);
-  return &widened_.emplace_back(Widened{tensor.unsafeGetTensorImpl(), std::move(wide)}).cpu;
+  return widened_.emplace_back(Widened{tensor.unsafeGetTensorImpl(), alias.to(compute)}).cpu;
 }
 
 at::Tensor CpuRedispatch::narrowed(const at::Tensor& cpu) {
@@ -162,9 +169,12 @@ at::Tensor* CpuRedispatch::made_alias(const at::Tensor& tensor) {
 }
 
 at::Tensor* CpuRedispatch::lent_alias(const at::Tensor& tensor) {
-  for (auto& [lent_tensor, lent] : lent_) {
-    if (lent_tensor == tensor.unsafeGetTensorImpl()) {
-      return &lent;
+  using Aliases = c10::SmallVectorImpl<std::pair<c10::TensorImpl*, at::Tensor>>;
+  for (Aliases* aliases : std::initializer_list<Aliases*>{&lent_, &storage_sharing_aliases_}) {
+    for (auto& [aliased_tensor, alias] : *aliases) {
+      if (aliased_tensor == tensor.unsafeGetTensorImpl()) {
+        return &alias;
+      }
     }
   }
   return nullptr;

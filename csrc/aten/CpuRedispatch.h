@@ -113,9 +113,9 @@ class CpuRedispatch {
     at::Tensor cpu;
   };
 
-  // The copy in its compute dtype of an argument of an accelerator dtype; nullptr for
-  // other arguments.
-  const at::Tensor* widened(const at::Tensor& tensor);
+  // The copy in its compute dtype of an argument of an accelerator dtype, made from its
+  // alias; the alias itself for other arguments.
+  const at::Tensor& widened(const at::Tensor& tensor, const at::Tensor& alias);
   at::Tensor narrowed(const at::Tensor& cpu);
 
   // A sparse COO vdev tensor as a SparseCPU tensor over aliases of its indices and values.
@@ -135,6 +135,9 @@ class CpuRedispatch {
   // owned: a new reference to a tensor that only Python holds takes the GIL (to keep
   // its Python object alive), twice per argument; the caller holds them.
   c10::SmallVector<std::pair<c10::TensorImpl*, at::Tensor>, 4> lent_;
+  // Aliases of tensors over the same device storage as an earlier argument: made over
+  // that argument's alias storage (see cpu_alias_over), and never kept.
+  c10::SmallVector<std::pair<c10::TensorImpl*, at::Tensor>, 0> storage_sharing_aliases_;
   c10::SmallVector<at::Tensor, 0> sparse_parts_;
   const AcceleratorDtypes* accelerator_dtypes_ = nullptr;
   // Set once an argument has an accelerator dtype (note_tensor): the call widens.
