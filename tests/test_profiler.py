@@ -60,8 +60,11 @@ def test_training_step_lists_its_kernels_with_device_times_within_wall_time():
     for expected in ("vdev_kernel[aten::addmm]", "vdev_kernel[aten::mm]", "vdev_kernel[aten::relu]"):
         assert expected in names, sorted(names)
     assert all(e.device_index == 0 for e in kernels)
-    device_total = sum(e.self_device_time_total for e in prof.key_averages())
+    device_total = sum(e.time_range.elapsed_us() for e in device_events(prof))
     assert 0 < device_total <= wall_us
+    # The table gives each op's kernels to it: the ops' device times add up to the same.
+    op_rows = [e for e in prof.key_averages() if e.device_type == DeviceType.CPU]
+    assert sum(e.self_device_time_total for e in op_rows) == pytest.approx(device_total, rel=1e-6)
     table = prof.key_averages().table(sort_by="self_device_time_total", row_limit=20)
     assert "Self VDEV" in table and "VDEV total" in table
     # Each kernel's time is attributed to the op that launched it.
