@@ -8,6 +8,7 @@
 #include "runtime/AllocatorConfig.h"
 #include "runtime/Device.h"
 
+#include <torch/csrc/Exceptions.h>
 #include <torch/csrc/profiler/combined_traceback.h>
 
 #include <pybind11/stl.h>
@@ -188,7 +189,12 @@ void bind_memory_snapshot(py::module& module) {
       "record_memory_history", &record_memory_history, py::arg("enabled"), py::arg("context"),
       py::arg("stacks"), py::arg("max_entries"));
   module.def("memory_snapshot", &snapshot);
-  module.def("set_allocator_settings", &set_allocator_settings);
+  // Its warnings (expandable_segments) become Python warnings.
+  module.def("set_allocator_settings", [](const std::string& settings) {
+    HANDLE_TH_ERRORS
+    set_allocator_settings(settings);
+    END_HANDLE_TH_ERRORS_PYBIND
+  });
   module.def("allocator_settings", &allocator_settings);
 }
 

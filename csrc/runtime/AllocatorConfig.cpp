@@ -61,7 +61,7 @@ void apply(AllocatorConfig& config, const std::string& key, const std::string& v
     config.roundup_power2_divisions.store(whole);
   } else if (key == "expandable_segments") {
     if (parse_bool(key, value)) {
-      TORCH_WARN_ONCE(
+      TORCH_WARN(
           "expandable_segments has no effect on ", kBackendName,
           ": its blocks never share a segment, so there is no fragmentation inside "
           "segments for expandable segments to avoid");

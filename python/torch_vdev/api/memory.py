@@ -93,11 +93,11 @@ def memory_summary(device: Optional[Any] = None, abbreviated: bool = False) -> s
         ("allocated_bytes", "Allocated memory", size),
         ("active_bytes", "Active memory", size),
         ("requested_bytes", "Requested memory", size),
-        ("reserved_bytes", f"{_C.backend_name} reserved memory", size),
+        ("reserved_bytes", "Reserved memory", size),
         ("inactive_split_bytes", "Non-releasable memory", size),
         ("allocation", "Allocations", count),
         ("active", "Active allocs", count),
-        ("segment", f"{_C.backend_name} reserved segments", count),
+        ("segment", "Reserved segments", count),
         ("inactive_split", "Non-releasable allocs", count),
     ]
     fields = ("current", "peak", "allocated", "freed")
@@ -110,7 +110,7 @@ def memory_summary(device: Optional[Any] = None, abbreviated: bool = False) -> s
             lines.append(f" {name:<21} | {cells} ")
     for key, title in (
         ("oversize_allocations", "Oversize allocations"),
-        ("oversize_segments", f"Oversize {_C.backend_name} segments"),
+        ("oversize_segments", "Oversize segments"),
     ):
         lines.append(rule)
         values = [stats.get(f"{key}.{field}", 0) for field in fields]
