@@ -250,3 +250,25 @@ def test_legacy_profiler_gives_positive_device_times_without_complaint(capfd):
     assert 0 < addmm.device_time_total <= addmm.cpu_time_total * 1.5 + 50
     assert all(e.device_time_total >= 0 and e.cpu_time_total >= 0 for e in prof.key_averages())
     assert "Self VDEV" in prof.key_averages().table()
+
+
+def test_profile_training_example_writes_a_trace_and_a_snapshot(tmp_path):
+    import pathlib
+    import pickle
+    import subprocess
+    import sys
+
+    example = pathlib.Path(__file__).resolve().parent.parent / "examples" / "profile_training.py"
+    result = subprocess.run(
+        [sys.executable, str(example), "--out", str(tmp_path), "--steps", "4"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "vdev_kernel[aten::addmm]" in result.stdout
+    events = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+    assert any(e.get("cat") == "kernel" for e in events)
+    with open(tmp_path / "snapshot.pickle", "rb") as f:
+        snapshot = pickle.load(f)
+    assert snapshot["device_traces"][0]
