@@ -9,6 +9,7 @@ import textwrap
 
 import pytest
 import torch
+from conftest import run_python
 from torch.cuda import _memory_viz
 
 MiB = 1 << 20
@@ -187,13 +188,7 @@ def test_memory_summary_prints_cudas_table():
 
 
 def run_script(code, env=None):
-    import os
-
-    full_env = dict(os.environ)
-    full_env.update(env or {})
-    result = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], env=full_env, capture_output=True, text=True, timeout=120
-    )
+    result = run_python(textwrap.dedent(code), env)
     assert result.returncode == 0, result.stderr
     return result.stdout
 
@@ -289,11 +284,8 @@ def test_bad_allocator_settings_are_errors_naming_the_option():
         torch.vdev.memory._set_allocator_settings("roundup_power2_divisions:3")
     with pytest.warns(UserWarning, match="expandable_segments has no effect"):
         torch.vdev.memory._set_allocator_settings("expandable_segments:True")
-    result = subprocess.run(
-        [sys.executable, "-c", "import torch; torch.empty(1, device='vdev')"],
-        env={**__import__("os").environ, "PYTORCH_VDEV_ALLOC_CONF": "pinned_use_cuda_host_register:True"},
-        capture_output=True,
-        text=True,
-        timeout=120,
+    result = run_python(
+        "import torch; torch.empty(1, device='vdev')",
+        {"PYTORCH_VDEV_ALLOC_CONF": "pinned_use_cuda_host_register:True"},
     )
     assert result.returncode != 0 and "unrecognized option 'pinned_use_cuda_host_register'" in result.stderr

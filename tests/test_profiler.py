@@ -272,3 +272,20 @@ def test_profile_training_example_writes_a_trace_and_a_snapshot(tmp_path):
     with open(tmp_path / "snapshot.pickle", "rb") as f:
         snapshot = pickle.load(f)
     assert snapshot["device_traces"][0]
+
+
+def test_each_device_is_its_own_process_row(tmp_path):
+    x1 = torch.randn(8, device="vdev:1")
+    x0 = torch.randn(8, device="vdev:0")
+    with profile(activities=ACTIVITIES) as prof:
+        torch.add(x1, x1)
+        torch.mul(x0, x0)
+    events = chrome_trace(prof, tmp_path)
+    kernels = {(e["pid"], e["name"]) for e in events if e.get("cat") == "kernel"}
+    assert kernels == {(1, "vdev_kernel[aten::add]"), (0, "vdev_kernel[aten::mul]")}
+    names = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
+    assert names[0] == "vdev 0" and names[1] == "vdev 1"
+    assert {(e.device_index, e.name) for e in device_events(prof)} == {
+        (1, "vdev_kernel[aten::add]"),
+        (0, "vdev_kernel[aten::mul]"),
+    }
