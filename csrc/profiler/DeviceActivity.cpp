@@ -3,7 +3,6 @@
 #include "runtime/Stream.h"
 
 #include <c10/util/ApproximateClock.h>
-#include <c10/util/irange.h>
 
 #include <sys/syscall.h>
 #include <unistd.h>
