@@ -7,11 +7,19 @@
 namespace vdev::profiler {
 
 namespace detail {
-std::atomic<bool> memory_history_flag{false};
+std::atomic<uint8_t> memory_observers{0};
 } // namespace detail
 
+void set_memory_observer(MemoryObserver observer, bool present) {
+  if (present) {
+    detail::memory_observers.fetch_or(observer);
+  } else {
+    detail::memory_observers.fetch_and(static_cast<uint8_t>(~observer));
+  }
+}
+
 void report_memory(const MemoryEvent& event) {
-  if (recording()) {
+  if (memory_observed_by(kProfilerObserver)) {
     const c10::Device device = make_device(event.device);
     switch (event.action) {
       case MemoryAction::kAlloc:
@@ -32,7 +40,7 @@ void report_memory(const MemoryEvent& event) {
         break;
     }
   }
-  if (detail::memory_history_flag.load(std::memory_order_relaxed)) {
+  if (memory_observed_by(kHistoryObserver)) {
     record_in_history(event);
   }
 }

@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 
 namespace vdev::profiler {
 
@@ -41,13 +42,26 @@ struct MemoryEvent {
   size_t reserved;
 };
 
+enum MemoryObserver : uint8_t {
+  // A profiler session (profile_memory shows vdev's allocations).
+  kProfilerObserver = 1,
+  kHistoryObserver = 2,
+};
+
 namespace detail {
-VDEV_API extern std::atomic<bool> memory_history_flag;
+// The observers present, one bit each: allocations and frees test them in one load.
+VDEV_API extern std::atomic<uint8_t> memory_observers;
 } // namespace detail
 
 inline bool memory_observed() {
-  return recording() || detail::memory_history_flag.load(std::memory_order_relaxed);
+  return detail::memory_observers.load(std::memory_order_relaxed) != 0;
 }
+
+inline bool memory_observed_by(MemoryObserver observer) {
+  return (detail::memory_observers.load(std::memory_order_relaxed) & observer) != 0;
+}
+
+void set_memory_observer(MemoryObserver observer, bool present);
 
 // Called by the allocator under its lock when memory_observed().
 VDEV_API void report_memory(const MemoryEvent& event);

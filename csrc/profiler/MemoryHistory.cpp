@@ -27,7 +27,7 @@ class History {
         trace.pop_front();
       }
     }
-    detail::memory_history_flag.store(settings.enabled, std::memory_order_release);
+    set_memory_observer(kHistoryObserver, settings.enabled);
   }
 
   void record(const MemoryEvent& event) {
