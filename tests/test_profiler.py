@@ -289,3 +289,15 @@ def test_each_device_is_its_own_process_row(tmp_path):
         (1, "vdev_kernel[aten::add]"),
         (0, "vdev_kernel[aten::mul]"),
     }
+
+
+def test_autograd_profiler_with_kineto_uses_the_plugin():
+    model = torch.nn.Linear(64, 64).to("vdev")
+    x = torch.randn(32, 64, device="vdev")
+    with torch.autograd.profiler.profile(use_device="vdev", use_kineto=True) as prof:
+        model(x).sum()
+    rows = {e.key: e for e in prof.key_averages()}
+    assert "vdev_kernel[aten::addmm]" in rows
+    kernel_time = rows["vdev_kernel[aten::addmm]"].self_device_time_total
+    assert rows["aten::addmm"].self_device_time_total == pytest.approx(kernel_time)
+    assert kernel_time > 0
