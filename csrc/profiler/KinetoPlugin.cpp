@@ -161,8 +161,11 @@ class Session final : public libkineto::IActivityProfilerSession {
       work.log(logger);
     }
 
+    // Kineto asks a session for one device's info (getDeviceInfo): the first one's;
+    // the others are logged here.
+    device_ = streams.empty() ? c10::DeviceIndex(0) : streams.begin()->first;
     for (const auto& [device, ids] : streams) {
-      if (device != first_device(streams)) {
+      if (device != device_) {
         logger.handleDeviceInfo(device_info(device), start_ns_);
       }
       for (c10::StreamId stream : ids) {
@@ -171,7 +174,6 @@ class Session final : public libkineto::IActivityProfilerSession {
             "stream " + std::to_string(stream)});
       }
     }
-    device_ = streams.empty() ? c10::DeviceIndex(0) : first_device(streams);
   }
 
   std::unique_ptr<libkineto::DeviceInfo> getDeviceInfo() override {
@@ -195,11 +197,6 @@ class Session final : public libkineto::IActivityProfilerSession {
   }
 
  private:
-  template <class Map>
-  static c10::DeviceIndex first_device(const Map& streams) {
-    return streams.begin()->first;
-  }
-
   static libkineto::DeviceInfo device_info(c10::DeviceIndex device) {
     return libkineto::DeviceInfo{device, device, device_name(device), device_name(device)};
   }
