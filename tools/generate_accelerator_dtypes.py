@@ -88,6 +88,7 @@ class Discovery(TorchDispatchMode):
     def __init__(self):
         super().__init__()
         self.rows = set()
+        self.rows_of_entry = set()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -122,6 +123,7 @@ class Discovery(TorchDispatchMode):
                 except Exception:
                     continue
                 self.rows.add((func.name(), dtype, compute))
+                self.rows_of_entry.add((func.name(), dtype, compute))
                 narrow = lambda v: (
                     v.to(narrowed_dtype(v.dtype, dtype, compute)).to(DEVICE) if isinstance(v, torch.Tensor) else v
                 )
@@ -146,6 +148,7 @@ def discover():
     outcome = {}
     for op, dtypes in accelerator_entries():
         gained, failing = [], {}
+        mode.rows_of_entry = set()
         for dtype in dtypes:
             try:
                 with mode:
@@ -154,7 +157,7 @@ def discover():
                 gained.append(dtype)
             except Exception as error:
                 failing[dtype] = f"{type(error).__name__}: {str(error).splitlines()[0]}"
-        outcome[op.full_name] = (gained, failing)
+        outcome[op.full_name] = (gained, failing, sorted({name.partition(".")[0] for name, _, _ in mode.rows_of_entry}))
     return mode.rows, outcome
 
 
@@ -174,10 +177,20 @@ def render(rows):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if the table differs from op_db's")
+    parser.add_argument("--markdown", action="store_true", help="print README's table of entries instead")
     options = parser.parse_args()
     warnings.simplefilter("ignore")
     rows, outcome = discover()
-    for entry, (gained, failing) in outcome.items():
+    if options.markdown:
+        print("| OpInfo | dtypes added | aten ops widened | not yet |")
+        print("| --- | --- | --- | --- |")
+        short = lambda dtypes: ", ".join(str(d).removeprefix("torch.") for d in dtypes)
+        for entry, (gained, failing, ops) in outcome.items():
+            ops_text = ", ".join(f"`{op.removeprefix('aten::')}`" for op in ops)
+            ops_text = ops_text or ("(the CPU kernels take them)" if gained else "-")
+            print(f"| `{entry}` | {short(gained)} | {ops_text} | {short(failing)} |")
+        return 0
+    for entry, (gained, failing, _) in outcome.items():
         print(f"{entry}: gains {[str(d)[6:] for d in gained]}")
         for dtype, error in failing.items():
             print(f"    {str(dtype)[6:]} still fails: {error[:160]}")

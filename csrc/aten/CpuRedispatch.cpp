@@ -121,7 +121,7 @@ at::Tensor CpuRedispatch::narrowed(const at::Tensor& cpu) {
     const c10::ScalarType narrow = narrowed_type(cpu.scalar_type(), original, compute);
     if (narrow != cpu.scalar_type()) {
       // In device memory, to be adopted without a copy.
-      Scope scope(device_);
+      Scope scope(device_, op_name_);
       return cpu.to(narrow);
     }
   }
@@ -169,15 +169,17 @@ at::Tensor* CpuRedispatch::made_alias(const at::Tensor& tensor) {
 }
 
 at::Tensor* CpuRedispatch::lent_alias(const at::Tensor& tensor) {
-  using Aliases = c10::SmallVectorImpl<std::pair<c10::TensorImpl*, at::Tensor>>;
-  for (Aliases* aliases : std::initializer_list<Aliases*>{&lent_, &storage_sharing_aliases_}) {
-    for (auto& [aliased_tensor, alias] : *aliases) {
-      if (aliased_tensor == tensor.unsafeGetTensorImpl()) {
+  auto find = [impl = tensor.unsafeGetTensorImpl()](auto& aliases) -> at::Tensor* {
+    for (auto& [aliased_tensor, alias] : aliases) {
+      if (aliased_tensor == impl) {
         return &alias;
       }
     }
-  }
-  return nullptr;
+    return nullptr;
+  };
+  at::Tensor* made = find(lent_);
+  // Almost always empty: only tensors sharing memory with another argument are there.
+  return made != nullptr || storage_sharing_aliases_.empty() ? made : find(storage_sharing_aliases_);
 }
 
 const at::Tensor& CpuRedispatch::alias_written(const at::Tensor& tensor) {
@@ -217,7 +219,7 @@ void CpuRedispatch::update_written() {
       continue;
     }
     if (written.narrow_alias.defined()) {
-      Scope scope(device_);
+      Scope scope(device_, op_name_);
       if (written.narrow_alias.sizes() != written.cpu.sizes()) {
         written.narrow_alias.resize_(written.cpu.sizes());
       }
