@@ -4,12 +4,14 @@
 #include "runtime/Device.h"
 #include "runtime/Generator.h"
 
+#include <ATen/NestedTensorImpl.h>
 #include <ATen/SparseCsrTensorImpl.h>
 #include <ATen/SparseCsrTensorUtils.h>
 #include <ATen/SparseTensorImpl.h>
 #include <ATen/native/SparseTensorUtils.h>
 #include <ATen/ops/_sparse_compressed_tensor_unsafe.h>
 #include <ATen/ops/_sparse_coo_tensor_with_dims_and_tensors.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
 
 namespace vdev {
@@ -76,6 +78,9 @@ const at::Tensor& CpuRedispatch::alias(const at::Tensor& tensor) {
   }
   if (at::sparse_csr::is_sparse_compressed(tensor)) {
     return alias_sparse_compressed(tensor);
+  }
+  if (tensor.is_nested()) {
+    return alias_nested(tensor);
   }
   c10::StorageImpl* device_storage = tensor.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl();
   for (const auto& [alias_storage, shown_storage] : storages_) {
@@ -157,6 +162,24 @@ const at::Tensor& CpuRedispatch::alias_sparse_compressed(const at::Tensor& tenso
   return lent_.emplace_back(tensor.unsafeGetTensorImpl(), std::move(cpu)).second;
 }
 
+// A flat strided tensor over all of `nested`'s storage, on its device.
+static at::Tensor whole_storage(const at::Tensor& nested) {
+  const int64_t elements = static_cast<int64_t>(nested.storage().nbytes()) / nested.itemsize();
+  return at::empty({0}, nested.options().layout(c10::kStrided)).set_(nested.storage(), 0, {elements}, {1});
+}
+
+static at::Tensor nested_over(const at::Tensor& buffer, const at::native::NestedTensorImpl& like) {
+  return at::detail::make_tensor<at::native::NestedTensorImpl>(
+      buffer, like.get_nested_sizes(), like.get_nested_strides(), like.get_storage_offsets());
+}
+
+const at::Tensor& CpuRedispatch::alias_nested(const at::Tensor& tensor) {
+  // Held here, as alias_sparse's parts; the sizes, strides and offsets are CPU tensors.
+  const at::Tensor& buffer = sparse_parts_.emplace_back(whole_storage(tensor));
+  at::Tensor cpu = nested_over(alias(buffer), *at::native::get_nested_tensor_impl(tensor));
+  return lent_.emplace_back(tensor.unsafeGetTensorImpl(), std::move(cpu)).second;
+}
+
 at::Tensor* CpuRedispatch::made_alias(const at::Tensor& tensor) {
   if (widening_) {
     for (Widened& wide : widened_) {
@@ -185,7 +208,9 @@ at::Tensor* CpuRedispatch::lent_alias(const at::Tensor& tensor) {
 const at::Tensor& CpuRedispatch::alias_written(const at::Tensor& tensor) {
   const at::Tensor& cpu = alias(tensor);
   if (is_vdev(tensor) && written_original(cpu) == nullptr) {
-    if (tensor.is_sparse() || at::sparse_csr::is_sparse_compressed(tensor)) {
+    if (tensor.is_nested()) {
+      // Kernels write its storage in place and keep its sizes: nothing to take over.
+    } else if (tensor.is_sparse() || at::sparse_csr::is_sparse_compressed(tensor)) {
       written_.push_back(Written{&tensor, cpu, nullptr, at::Tensor()});
     } else {
       const at::Tensor& narrow_alias = *lent_alias(tensor);
@@ -281,6 +306,9 @@ at::Tensor CpuRedispatch::to_device(const at::Tensor& cpu) {
     return at::_sparse_coo_tensor_with_dims_and_tensors(
         cpu.sparse_dim(), cpu.dense_dim(), cpu.sizes(), to_device(cpu._indices()),
         to_device(cpu._values()), cpu.options().device(make_device(device_)), cpu.is_coalesced());
+  }
+  if (cpu.is_nested()) {
+    return nested_over(to_device(whole_storage(cpu)), *at::native::get_nested_tensor_impl(cpu));
   }
   if (at::sparse_csr::is_sparse_compressed(cpu)) {
     return at::_sparse_compressed_tensor_unsafe(

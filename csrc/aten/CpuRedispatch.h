@@ -127,6 +127,8 @@ class CpuRedispatch {
   // A sparse compressed (CSR, CSC, BSR, BSC) vdev tensor as a SparseCsrCPU tensor over
   // aliases of its compressed and plain indices and values.
   const at::Tensor& alias_sparse_compressed(const at::Tensor& tensor);
+  // A strided nested vdev tensor as a NestedTensorCPU tensor over an alias of its storage.
+  const at::Tensor& alias_nested(const at::Tensor& tensor);
   void update_written_sparse(const at::Tensor& original, const at::Tensor& cpu);
 
   const char* op_name_;

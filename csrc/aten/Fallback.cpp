@@ -312,6 +312,10 @@ void sparse_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack
   fallback_to(c10::DispatchKey::SparseCPU, op, stack);
 }
 
+void nested_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  fallback_to(c10::DispatchKey::NestedTensorCPU, op, stack);
+}
+
 void sparse_compressed_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   fallback_to(c10::DispatchKey::SparseCsrCPU, op, stack);
 }
@@ -344,13 +348,16 @@ class DirectFallbacks {
     for (const c10::OperatorName& name : dispatcher.getAllOpNames()) {
       constexpr std::string_view kAtenPrefix = "aten::";
       std::optional<c10::OperatorHandle> op = dispatcher.findOp(name);
-      if (name.name.compare(0, kAtenPrefix.size(), kAtenPrefix) != 0 || !op.has_value() ||
-          !(op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) ||
-            op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional))) {
+      if (name.name.compare(0, kAtenPrefix.size(), kAtenPrefix) != 0 || !op.has_value()) {
         continue;
       }
+      const bool explicit_composite = op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) ||
+          op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional);
+      const bool implicit_composite = op->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd);
       for (const Target& target : kTargets) {
-        if (op->hasKernelForDispatchKey(target.cpu_key) && !op->hasKernelForDispatchKey(target.vdev_key)) {
+        const bool composite = explicit_composite || (target.over_implicit_composite && implicit_composite);
+        if (composite && op->hasKernelForDispatchKey(target.cpu_key) &&
+            !op->hasKernelForDispatchKey(target.vdev_key)) {
           families_[family_of(name)].ops.push_back(Op{name, &target, std::nullopt});
         }
       }
@@ -396,18 +403,25 @@ class DirectFallbacks {
   // The dense, sparse COO and sparse compressed counterparts: an op with a composite
   // kernel and a CPU (SparseCPU, SparseCsrCPU) one gets the fallback for vdev tensors
   // of that layout.
+  // Nested tensors also take the CPU's kernel over a CompositeImplicitAutograd one
+  // (linear, matmul): the composites use sizes nested tensors do not have, and
+  // autograd for nested tensors is AutogradNestedTensor's, which the CPU kernel
+  // already settles.
   struct Target {
     c10::DispatchKey cpu_key;
     c10::DispatchKey vdev_key;
     c10::KernelFunction (*fallback)();
+    bool over_implicit_composite;
   };
   static constexpr Target kTargets[] = {
       {c10::DispatchKey::CPU, c10::DispatchKey::PrivateUse1,
-       &c10::KernelFunction::makeFromBoxedFunction<&cpu_fallback>},
+       &c10::KernelFunction::makeFromBoxedFunction<&cpu_fallback>, false},
       {c10::DispatchKey::SparseCPU, c10::DispatchKey::SparsePrivateUse1,
-       &c10::KernelFunction::makeFromBoxedFunction<&sparse_cpu_fallback>},
+       &c10::KernelFunction::makeFromBoxedFunction<&sparse_cpu_fallback>, false},
       {c10::DispatchKey::SparseCsrCPU, c10::DispatchKey::SparseCsrPrivateUse1,
-       &c10::KernelFunction::makeFromBoxedFunction<&sparse_compressed_cpu_fallback>},
+       &c10::KernelFunction::makeFromBoxedFunction<&sparse_compressed_cpu_fallback>, false},
+      {c10::DispatchKey::NestedTensorCPU, c10::DispatchKey::NestedTensorPrivateUse1,
+       &c10::KernelFunction::makeFromBoxedFunction<&nested_cpu_fallback>, true},
   };
 
   struct Op {
@@ -482,6 +496,10 @@ void refuse_quantized(const c10::OperatorHandle& op, torch::jit::Stack* /*stack*
 
 TORCH_LIBRARY_IMPL(_, QuantizedPrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&refuse_quantized>());
+}
+
+TORCH_LIBRARY_IMPL(_, NestedTensorPrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&nested_cpu_fallback>());
 }
 
 TORCH_LIBRARY_IMPL(_, SparseCsrPrivateUse1, m) {
