@@ -10,6 +10,8 @@ of a class (PyTorch's MultiProcContinuousTest); setups and faults get fresh ones
 
 import datetime
 import os
+import subprocess
+import sys
 import time
 
 import torch
@@ -349,7 +351,7 @@ def train(model, optimizer, inputs_of_step, steps=3, forward=None):
 
 
 class TestTraining(VdevGroupTest):
-    """Two processes, each with a quarter... half of every batch, against one CPU process
+    """Two processes, each training on its half of every batch, against one CPU process
     training on whole batches."""
 
     world_size = 2
@@ -542,6 +544,25 @@ class TestFaults(FreshProcessesTest):
         tensor = torch.ones(4, device=self.device, dtype=torch.float32 if self.rank == 0 else torch.float64)
         with self.assertRaisesRegex(RuntimeError, "Detected mismatch between collectives on ranks"):
             dist.all_reduce(tensor)
+
+
+def test_torchrun_example_trains_as_on_cpu():
+    """`torchrun --nproc-per-node 2 examples/train_ddp.py` on vdev (vccl) and on CPU
+    (gloo) print the same losses; rank 0 shows tqdm's bar."""
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "train_ddp.py")
+
+    def run(*args):
+        process = subprocess.run(
+            [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", script, "--steps", "4", *args],
+            capture_output=True, text=True, timeout=300)
+        assert process.returncode == 0, process.stdout + process.stderr
+        return process
+
+    on_vdev, on_cpu = run(), run("--device", "cpu")
+    assert f"backend {VCCL}" in on_vdev.stdout
+    assert "4/4 [" in on_vdev.stderr
+    final = [[line for line in p.stdout.splitlines() if line.startswith("final loss")] for p in (on_vdev, on_cpu)]
+    assert len(final[0]) == 1 and final[0] == final[1]
 
 
 if __name__ == "__main__":
