@@ -55,6 +55,9 @@ def _register_backend() -> None:
     from . import distributed
 
     distributed.register(BACKEND_NAME)
+    from . import multiprocessing
+
+    multiprocessing.register()
 
 
 def _drain_autograd_device_threads() -> None:
