@@ -372,10 +372,15 @@ class TestTraining(VdevGroupTest):
     def test_ddp(self):
         from torch.nn.parallel import DistributedDataParallel as DDP
 
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
         expected = self.reference()
         for options in [dict(bucket_cap_mb=0.0005), dict(find_unused_parameters=True), dict(static_graph=True),
-                        dict(gradient_as_bucket_view=True)]:
+                        dict(gradient_as_bucket_view=True), dict(comm_hook=default_hooks.allreduce_hook)]:
+            comm_hook = options.pop("comm_hook", None)
             model = DDP(small_model().to(self.device), device_ids=[self.device.index], **options)
+            if comm_hook is not None:  # a Python hook: futures of vccl works, chained with then()
+                model.register_comm_hook(None, comm_hook)
             train(model, torch.optim.SGD(model.parameters(), lr=0.1), self.local_batch)
             self.assert_parameters_equal(model.module.parameters(), expected)
 
