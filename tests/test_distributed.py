@@ -474,37 +474,33 @@ class FreshProcessesTest(MultiProcessTestCase):
 
 
 class TestSetup(FreshProcessesTest):
-    def test_device_id_selects_vccl(self):
-        self.init(device_id=self.device)
-        self.assertEqual(dist.get_backend(), VCCL)
-        torch.testing.assert_close(self.summed().cpu(), torch.full((3,), 3.0))
+    def test_selection_and_recreation(self):
+        """Each way of selecting vccl, one process group after the other in the same
+        processes (destroyed and created again)."""
         # As with NCCL, a group for the device only has no CPU backend.
-        with self.assertRaisesRegex(RuntimeError, "No backend type associated with device type cpu"):
-            dist.all_reduce(torch.ones(2))
-        dist.destroy_process_group()
-
-    def test_accelerator_default(self):
+        no_cpu_backend = "No backend type associated with device type cpu"
+        setups = [
+            (dict(device_id=self.device), VCCL, no_cpu_backend),  # the device picks vccl
+            (dict(), "undefined", no_cpu_backend),  # vdev is the accelerator
+            (dict(backend=f"cpu:gloo,{DEVICE}:{VCCL}"), f"cpu:gloo,{DEVICE}:{VCCL}", None),
+            (dict(backend=VCCL), VCCL, no_cpu_backend),
+        ]
         self.assertEqual(torch.accelerator.current_accelerator().type, DEVICE)
-        self.init()
-        self.assertEqual(dist.group.WORLD._get_backend(self.device).name(), VCCL)
-        torch.testing.assert_close(self.summed().cpu(), torch.full((3,), 3.0))
-        dist.destroy_process_group()
-
-    def test_cpu_and_vdev_backends(self):
-        self.init(f"cpu:gloo,{DEVICE}:{VCCL}")
-        cpu = torch.full((2,), float(self.rank))
-        dist.all_reduce(cpu)
-        torch.testing.assert_close(cpu, torch.full((2,), 1.0))
-        torch.testing.assert_close(self.summed().cpu(), torch.full((3,), 3.0))
-        dist.destroy_process_group()
-
-    def test_destroy_and_recreate(self):
-        for backend in [VCCL, f"cpu:gloo,{DEVICE}:{VCCL}", VCCL]:
-            self.init(backend)
+        for round_, (options, backend_name, cpu_error) in enumerate(setups):
+            # A FileStore's file is removed once every rank closed it: one per group.
+            self.file_name = f"{self.file_name}.{round_}"
+            self.init(**options)
+            self.assertEqual(dist.get_backend(), backend_name)
+            self.assertEqual(dist.group.WORLD._get_backend(self.device).name(), VCCL)
             torch.testing.assert_close(self.summed().cpu(), torch.full((3,), 3.0))
+            cpu = torch.full((2,), float(self.rank))
+            if cpu_error is None:
+                dist.all_reduce(cpu)
+                torch.testing.assert_close(cpu, torch.full((2,), 1.0))
+            else:
+                with self.assertRaisesRegex(RuntimeError, cpu_error):
+                    dist.all_reduce(cpu)
             dist.destroy_process_group()
-            # The FileStore's file is removed once every rank closed it.
-            self.file_name = self.file_name + "x"
 
 
 class TestFaults(FreshProcessesTest):
@@ -533,22 +529,22 @@ class TestFaults(FreshProcessesTest):
             self.summed()
         self.assertLess(time.monotonic() - start, 6)
 
-    # gloo, like NCCL, does not compare collectives across ranks (gloo aborts the
-    # process on a size mismatch); as for NCCL, TORCH_DISTRIBUTED_DEBUG=DETAIL makes
-    # PyTorch check each collective's shapes and dtypes across ranks first.
-    def test_mismatched_sizes(self):
+    def test_mismatched_sizes_and_dtypes(self):
+        # gloo, like NCCL, does not compare collectives across ranks (gloo aborts the
+        # process on a size mismatch); as for NCCL, TORCH_DISTRIBUTED_DEBUG=DETAIL makes
+        # PyTorch check each collective's shapes and dtypes across ranks first.
         dist.set_debug_level(dist.DebugLevel.DETAIL)
         self.init(VCCL, timeout=10)
-        tensor = torch.ones(4 + 4 * self.rank, device=self.device)
-        with self.assertRaisesRegex(RuntimeError, "Detected mismatch between collectives on ranks"):
-            dist.all_reduce(tensor)
-
-    def test_mismatched_dtypes(self):
-        dist.set_debug_level(dist.DebugLevel.DETAIL)
-        self.init(VCCL, timeout=10)
-        tensor = torch.ones(4, device=self.device, dtype=torch.float32 if self.rank == 0 else torch.float64)
-        with self.assertRaisesRegex(RuntimeError, "Detected mismatch between collectives on ranks"):
-            dist.all_reduce(tensor)
+        mismatched = [
+            torch.ones(4 + 4 * self.rank, device=self.device),
+            torch.ones(4, device=self.device, dtype=torch.float32 if self.rank == 0 else torch.float64),
+        ]
+        for tensor in mismatched:
+            with self.assertRaisesRegex(RuntimeError, "Detected mismatch between collectives on ranks"):
+                dist.all_reduce(tensor)
+        # The check ran before the collective: the group still works.
+        torch.testing.assert_close(self.summed().cpu(), torch.full((3,), 3.0))
+        dist.destroy_process_group()
 
 
 def test_torchrun_example_trains_as_on_cpu():
