@@ -10,6 +10,7 @@
 #include <c10/util/Exception.h>
 
 #include <mutex>
+#include <tuple>
 
 namespace vdev {
 
@@ -158,6 +159,22 @@ std::vector<at::Tensor> flattened(const std::vector<std::vector<at::Tensor>>& li
   return result;
 }
 
+// An argument of a collective as gloo gets it: tensors as their CPU aliases, the
+// rest (options, ranks, split sizes) as they are.
+at::Tensor on_cpu(const at::Tensor& tensor) {
+  return cpu_alias(tensor);
+}
+std::vector<at::Tensor> on_cpu(const std::vector<at::Tensor>& tensors) {
+  return aliases(tensors);
+}
+std::vector<std::vector<at::Tensor>> on_cpu(const std::vector<std::vector<at::Tensor>>& lists) {
+  return aliases(lists);
+}
+template <typename Other>
+Other on_cpu(const Other& other) {
+  return other;
+}
+
 bool scaled_sum(const c10d::ReduceOp& op) {
   return op == c10d::ReduceOp::AVG || op == c10d::ReduceOp::PREMUL_SUM;
 }
@@ -274,6 +291,13 @@ void CollectiveBackend::shutdown() {
   transport_->shutdown();
 }
 
+template <typename Method, typename... Args>
+c10::intrusive_ptr<c10d::Work> CollectiveBackend::on_gloo(Method method, Args&... args) {
+  auto cpu_args = std::make_tuple(on_cpu(args)...);
+  return std::apply(
+      [&](auto&... cpu) { return (transport_.get()->*method)(cpu...); }, cpu_args);
+}
+
 c10::DeviceIndex CollectiveBackend::call_device(
     const char* op, std::vector<c10::ArrayRef<at::Tensor>> groups) const {
   std::optional<c10::Device> device;
@@ -320,11 +344,8 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::run(
 
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::broadcast(
     std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) {
-  c10::DeviceIndex device = call_device("broadcast", {tensors});
-  return run(device, tensors, [&] {
-    std::vector<at::Tensor> cpu = aliases(tensors);
-    return transport_->broadcast(cpu, opts);
-  });
+  return run(call_device("broadcast", {tensors}), tensors,
+             [&] { return on_gloo(&c10d::Backend::broadcast, tensors, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::allreduce(
@@ -360,21 +381,14 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::allgather(
     const c10d::AllgatherOptions& opts) {
   std::vector<at::Tensor> results = flattened(outputs);
   c10::DeviceIndex device = call_device("all_gather", {inputs, results});
-  return run(device, std::move(results), [&] {
-    std::vector<std::vector<at::Tensor>> cpu_outputs = aliases(outputs);
-    std::vector<at::Tensor> cpu_inputs = aliases(inputs);
-    return transport_->allgather(cpu_outputs, cpu_inputs, opts);
-  });
+  return run(device, std::move(results),
+             [&] { return on_gloo(&c10d::Backend::allgather, outputs, inputs, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::_allgather_base(
     at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) {
-  c10::DeviceIndex device = call_device("all_gather_into_tensor", {output, input});
-  return run(device, {output}, [&] {
-    at::Tensor cpu_output = cpu_alias(output);
-    at::Tensor cpu_input = cpu_alias(input);
-    return transport_->_allgather_base(cpu_output, cpu_input, opts);
-  });
+  return run(call_device("all_gather_into_tensor", {output, input}), {output},
+             [&] { return on_gloo(&c10d::Backend::_allgather_base, output, input, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::allgather_coalesced(
@@ -382,21 +396,15 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::allgather_coalesced(
     const c10d::AllgatherOptions& opts) {
   std::vector<at::Tensor> results = flattened(outputs);
   c10::DeviceIndex device = call_device("all_gather_coalesced", {inputs, results});
-  return run(device, std::move(results), [&] {
-    std::vector<std::vector<at::Tensor>> cpu_outputs = aliases(outputs);
-    std::vector<at::Tensor> cpu_inputs = aliases(inputs);
-    return transport_->allgather_coalesced(cpu_outputs, cpu_inputs, opts);
-  });
+  return run(device, std::move(results),
+             [&] { return on_gloo(&c10d::Backend::allgather_coalesced, outputs, inputs, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
-  c10::DeviceIndex device = call_device("all_gather_into_tensor_coalesced", {outputs, inputs});
-  return run(device, outputs, [&] {
-    std::vector<at::Tensor> cpu_outputs = aliases(outputs);
-    std::vector<at::Tensor> cpu_inputs = aliases(inputs);
-    return transport_->allgather_into_tensor_coalesced(cpu_outputs, cpu_inputs, opts);
+  return run(call_device("all_gather_into_tensor_coalesced", {outputs, inputs}), outputs, [&] {
+    return on_gloo(&c10d::Backend::allgather_into_tensor_coalesced, outputs, inputs, opts);
   });
 }
 
@@ -405,30 +413,21 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::gather(
     const c10d::GatherOptions& opts) {
   std::vector<at::Tensor> results = flattened(outputs);
   c10::DeviceIndex device = call_device("gather", {inputs, results});
-  return run(device, std::move(results), [&] {
-    std::vector<std::vector<at::Tensor>> cpu_outputs = aliases(outputs);
-    std::vector<at::Tensor> cpu_inputs = aliases(inputs);
-    return transport_->gather(cpu_outputs, cpu_inputs, opts);
-  });
+  return run(device, std::move(results),
+             [&] { return on_gloo(&c10d::Backend::gather, outputs, inputs, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::scatter(
     std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
     const c10d::ScatterOptions& opts) {
-  std::vector<at::Tensor> sources = flattened(inputs);
-  c10::DeviceIndex device = call_device("scatter", {outputs, sources});
-  return run(device, outputs, [&] {
-    std::vector<at::Tensor> cpu_outputs = aliases(outputs);
-    std::vector<std::vector<at::Tensor>> cpu_inputs = aliases(inputs);
-    return transport_->scatter(cpu_outputs, cpu_inputs, opts);
-  });
+  return run(call_device("scatter", {outputs, flattened(inputs)}), outputs,
+             [&] { return on_gloo(&c10d::Backend::scatter, outputs, inputs, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::reduce_scatter(
     std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
     const c10d::ReduceScatterOptions& opts) {
-  std::vector<at::Tensor> sources = flattened(inputs);
-  c10::DeviceIndex device = call_device("reduce_scatter", {outputs, sources});
+  c10::DeviceIndex device = call_device("reduce_scatter", {outputs, flattened(inputs)});
   std::vector<at::Tensor> cpu_outputs = aliases(outputs);
   return run(
       device, outputs,
@@ -470,51 +469,35 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::reduce_scatter_tensor_coalesce
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::alltoall_base(
     at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_split_sizes,
     std::vector<int64_t>& input_split_sizes, const c10d::AllToAllOptions& opts) {
-  c10::DeviceIndex device = call_device("all_to_all_single", {output, input});
-  return run(device, {output}, [&] {
-    at::Tensor cpu_output = cpu_alias(output);
-    at::Tensor cpu_input = cpu_alias(input);
-    return transport_->alltoall_base(
-        cpu_output, cpu_input, output_split_sizes, input_split_sizes, opts);
+  return run(call_device("all_to_all_single", {output, input}), {output}, [&] {
+    return on_gloo(
+        &c10d::Backend::alltoall_base, output, input, output_split_sizes, input_split_sizes, opts);
   });
 }
 
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::alltoall(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllToAllOptions& opts) {
-  c10::DeviceIndex device = call_device("all_to_all", {outputs, inputs});
-  return run(device, outputs, [&] {
-    std::vector<at::Tensor> cpu_outputs = aliases(outputs);
-    std::vector<at::Tensor> cpu_inputs = aliases(inputs);
-    return transport_->alltoall(cpu_outputs, cpu_inputs, opts);
-  });
+  return run(call_device("all_to_all", {outputs, inputs}), outputs,
+             [&] { return on_gloo(&c10d::Backend::alltoall, outputs, inputs, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::send(
     std::vector<at::Tensor>& tensors, int dst_rank, int tag) {
-  c10::DeviceIndex device = call_device("send", {tensors});
-  return run(device, tensors, [&] {
-    std::vector<at::Tensor> cpu = aliases(tensors);
-    return transport_->send(cpu, dst_rank, tag);
-  });
+  return run(call_device("send", {tensors}), tensors,
+             [&] { return on_gloo(&c10d::Backend::send, tensors, dst_rank, tag); });
 }
 
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::recv(
     std::vector<at::Tensor>& tensors, int src_rank, int tag) {
-  c10::DeviceIndex device = call_device("recv", {tensors});
-  return run(device, tensors, [&] {
-    std::vector<at::Tensor> cpu = aliases(tensors);
-    return transport_->recv(cpu, src_rank, tag);
-  });
+  return run(call_device("recv", {tensors}), tensors,
+             [&] { return on_gloo(&c10d::Backend::recv, tensors, src_rank, tag); });
 }
 
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::recvAnysource(
     std::vector<at::Tensor>& tensors, int tag) {
-  c10::DeviceIndex device = call_device("recv", {tensors});
-  return run(device, tensors, [&] {
-    std::vector<at::Tensor> cpu = aliases(tensors);
-    return transport_->recvAnysource(cpu, tag);
-  });
+  return run(call_device("recv", {tensors}), tensors,
+             [&] { return on_gloo(&c10d::Backend::recvAnysource, tensors, tag); });
 }
 
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::barrier(const c10d::BarrierOptions& opts) {

@@ -91,6 +91,10 @@ class VDEV_API CollectiveBackend final : public c10d::Backend {
       const std::function<c10::intrusive_ptr<c10d::Work>()>& launch,
       std::function<void()> on_completion = nullptr);
 
+  // Calls gloo's `method` with the arguments on CPU (on_cpu in the .cpp).
+  template <typename Method, typename... Args>
+  c10::intrusive_ptr<c10d::Work> on_gloo(Method method, Args&... args);
+
   c10::intrusive_ptr<c10d::Backend> transport_;
   // Results of the collectives issued between startCoalescing and endCoalescing.
   bool coalescing_ = false;
