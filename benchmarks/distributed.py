@@ -6,8 +6,10 @@
 Both processes join one "cpu:gloo,vdev:vccl" group, so each case runs the same
 collective on CPU tensors (gloo) and on vdev tensors (vccl, gloo over aliases of
 device memory). Rounds alternate which side goes first; each side times a batch of
-calls, and the table shows each side's median time per call and the median of the
-per-round ratios vdev / CPU (rank 0's clock).
+calls, and the table shows each side's median time per call and the medians of the
+per-round ratios vdev / CPU, of wall time and of process CPU time (all threads,
+gloo's included; rank 0). On a machine shared with other jobs the CPU-time ratio is
+the steadier measure of what vccl adds.
 """
 
 import argparse
@@ -70,11 +72,12 @@ CASES = [
 
 
 def time_batch(call, number):
+    """Wall time and process CPU time per call."""
     dist.barrier()  # both processes start the batch together
-    start = time.perf_counter()
+    start, start_cpu = time.perf_counter(), time.process_time()
     for _ in range(number):
         call()
-    return (time.perf_counter() - start) / number
+    return (time.perf_counter() - start) / number, (time.process_time() - start_cpu) / number
 
 
 def worker(rank, world_size, port, rounds, results):
@@ -95,9 +98,11 @@ def worker(rank, world_size, port, rounds, results):
             for side in order:
                 times[side].append(time_batch(calls[side], number))
         if rank == 0:
-            ratios = [v / c for v, c in zip(times["vdev"], times["cpu"])]
-            results.put((name, statistics.median(times["vdev"]), statistics.median(times["cpu"]),
-                         statistics.median(ratios)))
+            def median_ratio(index):
+                return statistics.median(v[index] / c[index] for v, c in zip(times["vdev"], times["cpu"]))
+
+            results.put((name, statistics.median(t[0] for t in times["vdev"]),
+                         statistics.median(t[0] for t in times["cpu"]), median_ratio(0), median_ratio(1)))
     dist.destroy_process_group()
 
 
@@ -110,14 +115,15 @@ def main():
     results = context.Queue()
     mp.start_processes(worker, args=(2, args.port, 7 if args.quick else 31, results), nprocs=2,
                        start_method="spawn")
-    print(f"| case | vdev (vccl) | CPU (gloo) | vdev / CPU | target |\n|---|---|---|---|---|")
+    print("| case | vdev (vccl) | CPU (gloo) | vdev / CPU, wall | vdev / CPU, CPU time | target |\n"
+          "|---|---|---|---|---|---|")
     failed = False
     for _ in CASES:
-        name, vdev_time, cpu_time, ratio = results.get()
+        name, vdev_time, cpu_time, ratio, cpu_time_ratio = results.get()
         ok = ratio <= LIMIT
         failed |= not ok
         print(f"| {name} | {vdev_time * 1e6:.1f} µs | {cpu_time * 1e6:.1f} µs | {ratio:.3f}× "
-              f"| ≤ {LIMIT}× {'' if ok else '(missed)'} |")
+              f"| {cpu_time_ratio:.3f}× | ≤ {LIMIT}× {'' if ok else '(missed)'} |")
     raise SystemExit(1 if failed else 0)
 
 
