@@ -338,6 +338,20 @@ def small_model() -> nn.Module:
     return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 4))
 
 
+class SmallModel(nn.Module):
+    """small_model(), with a layer the forward does not use if `with_unused_layer`
+    (which DDP's find_unused_parameters must find)."""
+
+    def __init__(self, with_unused_layer: bool):
+        super().__init__()
+        self.body = small_model()
+        if with_unused_layer:
+            self.unused = nn.Linear(2, 2)
+
+    def forward(self, inputs):
+        return self.body(inputs)
+
+
 def batch(step: int, world_size: int) -> torch.Tensor:
     torch.manual_seed(100 + step)
     return torch.randn(4 * world_size, 8)
@@ -378,11 +392,15 @@ class TestTraining(VdevGroupTest):
         for options in [dict(bucket_cap_mb=0.0005), dict(find_unused_parameters=True), dict(static_graph=True),
                         dict(gradient_as_bucket_view=True), dict(comm_hook=default_hooks.allreduce_hook)]:
             comm_hook = options.pop("comm_hook", None)
-            model = DDP(small_model().to(self.device), device_ids=[self.device.index], **options)
+            unused = options.get("find_unused_parameters", False)
+            module = SmallModel(with_unused_layer=unused).to(self.device)
+            model = DDP(module, device_ids=[self.device.index], **options)
             if comm_hook is not None:  # a Python hook: futures of vccl works, chained with then()
                 model.register_comm_hook(None, comm_hook)
             train(model, torch.optim.SGD(model.parameters(), lr=0.1), self.local_batch)
-            self.assert_parameters_equal(model.module.parameters(), expected)
+            self.assert_parameters_equal(module.body.parameters(), expected)
+            if unused:
+                self.assertIsNone(module.unused.weight.grad)
 
     def test_ddp_no_sync(self):
         from torch.nn.parallel import DistributedDataParallel as DDP
