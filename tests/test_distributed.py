@@ -206,6 +206,33 @@ class CollectiveTests:
                        rank_data(self.rank, (sum(input_splits), 2), torch.float32, d)],
             lambda t: dist.all_to_all_single(t[0], t[1], output_splits, input_splits))
 
+    def test_coalesced(self):
+        n = self.world_size
+
+        def coalesced_all_gather(t):
+            with dist._coalescing_manager(async_ops=True) as manager:
+                dist.all_gather_into_tensor(t[0], t[1])
+                dist.all_gather_into_tensor(t[2], t[3])
+            manager.wait()
+
+        def coalesced_reduce_scatter(t):
+            with dist._coalescing_manager(async_ops=True) as manager:
+                dist.reduce_scatter_tensor(t[0], t[1])
+                dist.reduce_scatter_tensor(t[2], t[3])
+            manager.wait()
+
+        self.assert_same_as_gloo(
+            lambda d: [torch.zeros(2 * n, device=d), rank_data(self.rank, (2,), torch.float32, d),
+                       torch.zeros(3 * n, dtype=torch.int64, device=d), rank_data(self.rank, (3,), torch.int64, d)],
+            coalesced_all_gather)
+        self.assert_same_as_gloo(
+            lambda d: [torch.zeros(2, device=d), rank_data(self.rank, (2 * n,), torch.float32, d),
+                       torch.zeros(3, device=d), rank_data(self.rank, (3 * n,), torch.float32, d, 1)],
+            coalesced_reduce_scatter)
+        self.assert_same_as_gloo(
+            lambda d: [rank_data(self.rank, (4,), torch.float64, d), rank_data(self.rank, (2, 2), torch.float64, d, 1)],
+            lambda t: dist.all_reduce_coalesced(t))
+
     def test_point_to_point(self):
         n = self.world_size
         right, left = (self.rank + 1) % n, (self.rank - 1) % n

@@ -238,34 +238,6 @@ c10::intrusive_ptr<c10d::Backend::Options> CollectiveBackend::getBackendOptions(
   return transport_->getBackendOptions();
 }
 
-bool CollectiveBackend::supportsCoalescing() const {
-  return transport_->supportsCoalescing();
-}
-
-void CollectiveBackend::startCoalescing() {
-  transport_->startCoalescing();
-  coalescing_ = true;
-}
-
-c10::intrusive_ptr<c10d::Work> CollectiveBackend::endCoalescing() {
-  coalescing_ = false;
-  std::vector<at::Tensor> results = std::move(coalesced_results_);
-  std::vector<std::function<void()>> completions = std::move(coalesced_completions_);
-  coalesced_results_.clear();
-  coalesced_completions_.clear();
-  auto on_completion = [completions = std::move(completions)] {
-    for (const auto& completion : completions) {
-      completion();
-    }
-  };
-  c10::intrusive_ptr<c10d::Work> transport_work = transport_->endCoalescing();
-  c10::DeviceIndex device = coalesced_device_;
-  coalesced_device_ = -1;
-  return c10::make_intrusive<CollectiveWork>(
-      std::move(transport_work), std::move(results), std::move(on_completion),
-      device < 0 ? current_device() : device, rank_);
-}
-
 void CollectiveBackend::setTimeout(std::chrono::milliseconds timeout) {
   transport_->setTimeout(timeout);
 }
@@ -331,13 +303,6 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::run(
     std::function<void()> on_completion) {
   c10::intrusive_ptr<c10d::Work> transport_work;
   run_in_stream_order(device, [&] { transport_work = launch(); });
-  if (coalescing_) {
-    coalesced_results_.insert(coalesced_results_.end(), results.begin(), results.end());
-    if (on_completion) {
-      coalesced_completions_.push_back(on_completion);
-    }
-    coalesced_device_ = device;
-  }
   return c10::make_intrusive<CollectiveWork>(
       std::move(transport_work), std::move(results), std::move(on_completion), device, rank_);
 }

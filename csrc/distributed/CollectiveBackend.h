@@ -23,9 +23,6 @@ class VDEV_API CollectiveBackend final : public c10d::Backend {
 
   const std::string getBackendName() const override;
   c10::intrusive_ptr<Options> getBackendOptions() override;
-  bool supportsCoalescing() const override;
-  void startCoalescing() override;
-  c10::intrusive_ptr<c10d::Work> endCoalescing() override;
   void setTimeout(std::chrono::milliseconds timeout) override;
   void setGroupUid(const std::string& pg_uid) override;
   void setSequenceNumberForGroup() override;
@@ -96,11 +93,6 @@ class VDEV_API CollectiveBackend final : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> on_gloo(Method method, Args&... args);
 
   c10::intrusive_ptr<c10d::Backend> transport_;
-  // Results of the collectives issued between startCoalescing and endCoalescing.
-  bool coalescing_ = false;
-  std::vector<at::Tensor> coalesced_results_;
-  std::vector<std::function<void()>> coalesced_completions_;
-  c10::DeviceIndex coalesced_device_ = -1;
 };
 
 } // namespace vdev
