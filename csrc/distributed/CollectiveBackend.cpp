@@ -205,7 +205,9 @@ std::function<void()> scaling(
   }
   if (op == c10d::ReduceOp::PREMUL_SUM) {
     const auto* factor = dynamic_cast<const c10d::PreMulSumSupplement*>(op.supplement_.get());
-    TORCH_CHECK(factor != nullptr, "vccl: PREMUL_SUM needs a factor (torch.distributed._make_nccl_premul_sum)");
+    TORCH_CHECK(
+        factor != nullptr, kCollectiveBackendName,
+        ": PREMUL_SUM needs a factor (torch.distributed._make_nccl_premul_sum)");
     at::Tensor tensor_factor =
         factor->tensor_factor.defined() ? as_cpu(factor->tensor_factor) : at::Tensor();
     double double_factor = factor->double_factor;
@@ -275,25 +277,25 @@ c10::DeviceIndex CollectiveBackend::call_device(
   std::optional<c10::Device> device;
   for (c10::ArrayRef<at::Tensor> group : groups) {
     for (const at::Tensor& tensor : group) {
-      TORCH_CHECK(tensor.defined(), "vccl ", op, ": got an undefined tensor");
+      TORCH_CHECK(tensor.defined(), kCollectiveBackendName, " ", op, ": got an undefined tensor");
       TORCH_CHECK(
-          is_vdev(tensor), "vccl ", op, ": expected ", kBackendName, " tensors but got a tensor on ",
+          is_vdev(tensor), kCollectiveBackendName, " ", op, ": expected ", kBackendName, " tensors but got a tensor on ",
           tensor.device(), "; communicate CPU tensors with a CPU backend (for example "
           "init_process_group(\"cpu:gloo,", kBackendName, ":", kCollectiveBackendName, "\"))");
       if (!device) {
         device = tensor.device();
       }
       TORCH_CHECK(
-          tensor.device() == *device, "vccl ", op, ": expected all tensors on one device, but found ",
+          tensor.device() == *device, kCollectiveBackendName, " ", op, ": expected all tensors on one device, but found ",
           *device, " and ", tensor.device());
     }
   }
-  TORCH_CHECK(device.has_value(), "vccl ", op, ": got no tensors");
+  TORCH_CHECK(device.has_value(), kCollectiveBackendName, " ", op, ": got no tensors");
   std::optional<at::Device> bound = getBoundDeviceId();
   TORCH_CHECK(
       !bound.has_value() || bound->type() != kDeviceType || !bound->has_index() ||
           *bound == *device,
-      "vccl ", op, ": tensor on ", *device, " but this process group is bound to ", *bound);
+      kCollectiveBackendName, " ", op, ": tensor on ", *device, " but this process group is bound to ", *bound);
   return device->index();
 }
 
