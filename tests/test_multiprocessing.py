@@ -2,6 +2,8 @@
 tensors are (torch_vdev/multiprocessing.py, csrc/aten/SharedMemory.cpp): the receiver
 gets a vdev tensor over the same device memory."""
 
+import os
+
 import torch
 import torch.multiprocessing as mp
 
@@ -21,7 +23,9 @@ def report_later(tensors, results, sender_dropped_it):
     tensor = tensors.get(timeout=60)
     results.put("received")
     sender_dropped_it.wait()
-    results.put(tensor.cpu())
+    # A list, not a CPU tensor: this process exits next, and a shared CPU tensor needs
+    # its sender alive until it is received.
+    results.put(tensor.tolist())
 
 
 def train_steps(model, seed, steps):
@@ -63,7 +67,7 @@ def test_memory_outlives_the_sender_dropping_it():
     torch.vdev.empty_cache()
     torch.full((1000,), -1.0, device=DEVICE)  # would reuse freed device memory
     sender_dropped_it.set()
-    torch.testing.assert_close(results.get(timeout=60), torch.full((1000,), 7.0))
+    assert results.get(timeout=60) == [7.0] * 1000
     process.join(timeout=60)
 
 
@@ -108,3 +112,36 @@ def test_cpu_tensors_keep_torchs_sharing():
     received = queue.get(timeout=60)
     assert received.device.type == "cpu"
     torch.testing.assert_close(received, tensor)
+
+
+def receive_or_report(tensors, results):
+    try:
+        results.put(("received", str(tensors.get(timeout=60).device)))
+    except Exception as error:  # noqa: BLE001 - the error is what the test checks
+        results.put(("error", f"{type(error).__name__}: {error}"))
+
+
+def test_a_receiver_that_cannot_map_the_memory_raises():
+    tensor = torch.ones(3, device=f"{DEVICE}:1")
+    torch.vdev.synchronize()  # vdev is initialised in this process before the fork
+    expected = {
+        "fork": "Cannot re-initialize vdev in forked subprocess",
+        "spawn": "Invalid device index 1 for vdev",  # the receiver has one device
+    }
+    for method, message in expected.items():
+        context = mp.get_context(method)
+        tensors, results = context.Queue(), context.Queue()
+        previous = os.environ.get("VDEV_DEVICE_COUNT")
+        os.environ["VDEV_DEVICE_COUNT"] = "1"  # read by the spawned process only
+        try:
+            process = context.Process(target=receive_or_report, args=(tensors, results))
+            process.start()
+        finally:
+            if previous is None:
+                del os.environ["VDEV_DEVICE_COUNT"]
+            else:
+                os.environ["VDEV_DEVICE_COUNT"] = previous
+        tensors.put(tensor)
+        kind, text = results.get(timeout=60)
+        assert kind == "error" and message in text, text
+        process.join(timeout=60)
