@@ -6,6 +6,7 @@
 #include "aten/SharedMemory.h"
 #include "aten/Tensor.h"
 #include "python/Distributed.h"
+#include "python/MemorySnapshot.h"
 #include "python/PythonKernel.h"
 #include "runtime/Allocator.h"
 #include "runtime/Device.h"
@@ -172,4 +173,5 @@ PYBIND11_MODULE(_C, m) {
   });
   vdev::bind_python_kernels(m);
   vdev::bind_distributed(m);
+  vdev::bind_memory_snapshot(m);
 }
