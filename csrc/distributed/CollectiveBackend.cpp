@@ -266,7 +266,7 @@ void CollectiveBackend::shutdown() {
 }
 
 template <typename Method, typename... Args>
-c10::intrusive_ptr<c10d::Work> CollectiveBackend::on_gloo(Method method, Args&... args) {
+c10::intrusive_ptr<c10d::Work> CollectiveBackend::on_gloo(Method method, const Args&... args) {
   auto cpu_args = std::make_tuple(on_cpu(args)...);
   return std::apply(
       [&](auto&... cpu) { return (transport_.get()->*method)(cpu...); }, cpu_args);
@@ -315,32 +315,31 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::broadcast(
              [&] { return on_gloo(&c10d::Backend::broadcast, tensors, opts); });
 }
 
+// Reductions run gloo's reduction with `as_gloo_options` and scale their results
+// (aliases of the same memory) for AVG and PREMUL_SUM.
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::allreduce(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
-  c10::DeviceIndex device = call_device("all_reduce", {tensors});
-  std::vector<at::Tensor> cpu = aliases(tensors);
   return run(
-      device, tensors, [&] { return transport_->allreduce(cpu, as_gloo_options(opts)); },
-      scaling(opts.reduceOp, size_, cpu));
+      call_device("all_reduce", {tensors}), tensors,
+      [&] { return on_gloo(&c10d::Backend::allreduce, tensors, as_gloo_options(opts)); },
+      scaling(opts.reduceOp, size_, aliases(tensors)));
 }
 
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::allreduce_coalesced(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
-  c10::DeviceIndex device = call_device("all_reduce_coalesced", {tensors});
-  std::vector<at::Tensor> cpu = aliases(tensors);
   return run(
-      device, tensors, [&] { return transport_->allreduce_coalesced(cpu, as_gloo_options(opts)); },
-      scaling(opts.reduceOp, size_, cpu));
+      call_device("all_reduce_coalesced", {tensors}), tensors,
+      [&] { return on_gloo(&c10d::Backend::allreduce_coalesced, tensors, as_gloo_options(opts)); },
+      scaling(opts.reduceOp, size_, aliases(tensors)));
 }
 
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::reduce(
     std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
-  c10::DeviceIndex device = call_device("reduce", {tensors});
-  std::vector<at::Tensor> cpu = aliases(tensors);
-  bool root = rank_ == opts.rootRank;
+  // Only the root's tensors hold the result.
   return run(
-      device, tensors, [&] { return transport_->reduce(cpu, as_gloo_options(opts)); },
-      root ? scaling(opts.reduceOp, size_, cpu) : nullptr);
+      call_device("reduce", {tensors}), tensors,
+      [&] { return on_gloo(&c10d::Backend::reduce, tensors, as_gloo_options(opts)); },
+      rank_ == opts.rootRank ? scaling(opts.reduceOp, size_, aliases(tensors)) : nullptr);
 }
 
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::allgather(
@@ -394,43 +393,32 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::scatter(
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::reduce_scatter(
     std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
     const c10d::ReduceScatterOptions& opts) {
-  c10::DeviceIndex device = call_device("reduce_scatter", {outputs, flattened(inputs)});
-  std::vector<at::Tensor> cpu_outputs = aliases(outputs);
   return run(
-      device, outputs,
-      [&] {
-        std::vector<std::vector<at::Tensor>> cpu_inputs = aliases(inputs);
-        return transport_->reduce_scatter(cpu_outputs, cpu_inputs, as_gloo_options(opts));
-      },
-      scaling(opts.reduceOp, size_, cpu_outputs));
+      call_device("reduce_scatter", {outputs, flattened(inputs)}), outputs,
+      [&] { return on_gloo(&c10d::Backend::reduce_scatter, outputs, inputs, as_gloo_options(opts)); },
+      scaling(opts.reduceOp, size_, aliases(outputs)));
 }
 
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::_reduce_scatter_base(
     at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
-  c10::DeviceIndex device = call_device("reduce_scatter_tensor", {output, input});
-  at::Tensor cpu_output = cpu_alias(output);
   return run(
-      device, {output},
+      call_device("reduce_scatter_tensor", {output, input}), {output},
       [&] {
-        at::Tensor cpu_input = cpu_alias(input);
-        return transport_->_reduce_scatter_base(cpu_output, cpu_input, as_gloo_options(opts));
+        return on_gloo(&c10d::Backend::_reduce_scatter_base, output, input, as_gloo_options(opts));
       },
-      scaling(opts.reduceOp, size_, {cpu_output}));
+      scaling(opts.reduceOp, size_, {cpu_alias(output)}));
 }
 
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::ReduceScatterOptions& opts) {
-  c10::DeviceIndex device = call_device("reduce_scatter_tensor_coalesced", {outputs, inputs});
-  std::vector<at::Tensor> cpu_outputs = aliases(outputs);
   return run(
-      device, outputs,
+      call_device("reduce_scatter_tensor_coalesced", {outputs, inputs}), outputs,
       [&] {
-        std::vector<at::Tensor> cpu_inputs = aliases(inputs);
-        return transport_->reduce_scatter_tensor_coalesced(
-            cpu_outputs, cpu_inputs, as_gloo_options(opts));
+        return on_gloo(
+            &c10d::Backend::reduce_scatter_tensor_coalesced, outputs, inputs, as_gloo_options(opts));
       },
-      scaling(opts.reduceOp, size_, cpu_outputs));
+      scaling(opts.reduceOp, size_, aliases(outputs)));
 }
 
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::alltoall_base(

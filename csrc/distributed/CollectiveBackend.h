@@ -90,7 +90,7 @@ class VDEV_API CollectiveBackend final : public c10d::Backend {
 
   // Calls gloo's `method` with the arguments on CPU (on_cpu in the .cpp).
   template <typename Method, typename... Args>
-  c10::intrusive_ptr<c10d::Work> on_gloo(Method method, Args&... args);
+  c10::intrusive_ptr<c10d::Work> on_gloo(Method method, const Args&... args);
 
   c10::intrusive_ptr<c10d::Backend> transport_;
 };
