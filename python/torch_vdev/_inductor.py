@@ -14,6 +14,9 @@ asynchronously, that method is where launches must be put in the current stream'
 order.
 """
 
+import functools
+import os
+import re
 from typing import Any, Optional
 
 import torch
@@ -28,6 +31,9 @@ from torch._inductor.codegen.wrapper import PythonWrapperCodegen, SubgraphPython
 from torch._inductor.virtualized import V
 
 from . import BACKEND_NAME
+
+# Extern kernels of C++ wrappers on vdev (aoti_torch_vdev_<op>), installed with vdev's headers.
+_C_SHIM_HEADER = os.path.join(os.path.dirname(__file__), "include", "torch_vdev", "inductor", "c_shim_vdev.h")
 
 # The device C++ kernels are generated for: they read and write host memory directly.
 _KERNEL_DEVICE = torch.device("cpu")
@@ -55,6 +61,13 @@ class VdevDeviceOpOverrides(DeviceOpOverrides):
 def get_raw_stream(device_index: int) -> int:
     """The current stream of a vdev device as an integer, what generated code passes around."""
     return torch.vdev.current_stream(device_index).stream_id
+
+
+@functools.cache
+def _c_shim_functions() -> frozenset:
+    with open(_C_SHIM_HEADER) as header:
+        names = re.findall(r"^TORCH_VDEV_SHIM\(\s*(\w+),", header.read(), re.MULTILINE)
+    return frozenset(f"aoti_torch_{BACKEND_NAME}_{name}" for name in names)
 
 
 def _is_vdev(device: Optional[torch.device]) -> bool:
@@ -88,11 +101,65 @@ class VdevPythonWrapperCodegen(PythonWrapperCodegen):
 
 
 class VdevCppWrapperCodegen(CppWrapperCpu):
-    """The C++ wrapper (``cpp_wrapper=True`` and AOTInductor) of a graph with vdev tensors."""
+    """The C++ wrapper (``cpp_wrapper=True`` and AOTInductor) of a graph with vdev tensors.
+
+    Its model device is vdev; its code is CPU code: it includes the CPU's wrapper
+    headers, its kernels are vectorized, and cpp_wrapper builds it as the CPU's.
+    vdev tensors reach it as ``AtenTensorHandle``s, its buffers are allocated on vdev
+    through AOTInductor's C shim, and its extern kernels are vdev's C shim
+    (``c_shim_vdev.h``)."""
 
     def __init__(self) -> None:
         self.device = BACKEND_NAME
         super().__init__()
+        self.needs_vec_isa = True
+
+    @staticmethod
+    def create(
+        is_subgraph: bool,
+        subgraph_name: Optional[str],
+        parent_wrapper: Optional[PythonWrapperCodegen],
+        partition_signatures: Any = None,
+    ) -> "VdevCppWrapperCodegen":
+        return VdevCppWrapperCodegen()
+
+    def codegen_model_constructor(self) -> None:
+        super().codegen_model_constructor()
+        # AOTInductor's model runtime knows only PyTorch's device names: vdev's model
+        # runner passes "cpu:<index>" (csrc/inductor/AotiModelRunner.cpp), and the
+        # constructor, whose closing brace is the last line, makes the device vdev.
+        closing_brace = self.prefix._lines.pop()
+        with self.prefix.indent():
+            self.prefix.writeline("device_type_ = aoti_torch_device_type_privateuse1();")
+        self.prefix._lines.append(closing_brace)
+
+    def _generate_end_jit(self, result) -> None:
+        # Emits the build of the cpp_wrapper module, which is the CPU's.
+        self.device = _KERNEL_DEVICE.type
+        try:
+            super()._generate_end_jit(result)
+        finally:
+            self.device = BACKEND_NAME
+
+    def add_device_include(self, device: str) -> None:
+        if device != BACKEND_NAME:
+            super().add_device_include(device)
+        elif device not in self.included_devices:
+            super().add_device_include(_KERNEL_DEVICE.type)
+            self.included_devices.add(device)
+            self.header.splice(f'#include "{_C_SHIM_HEADER}"')
+
+    def generate_c_shim_extern_kernel_call(self, kernel: str, args, device: str, **kwargs) -> None:
+        if device == BACKEND_NAME:
+            self.add_device_include(device)
+            shim_function = self.get_c_shim_func_name(kernel, device)
+            if shim_function not in _c_shim_functions():
+                raise NotImplementedError(
+                    f"{kernel} on {BACKEND_NAME} has no C shim function ({shim_function}) for C++ "
+                    f"wrappers (cpp_wrapper=True, AOTInductor); add it to {_C_SHIM_HEADER}, or "
+                    "compile with cpp_wrapper=False"
+                )
+        super().generate_c_shim_extern_kernel_call(kernel, args, device, **kwargs)
 
     @staticmethod
     def create(
@@ -152,8 +219,29 @@ def _treat_vdev_as_cpp_device() -> None:
     scheduler.BaseSchedulerNode.is_cpu = is_cpu_or_vdev_node
 
 
+def _build_cpp_wrappers_as_cpu_code() -> None:
+    """C++ wrappers refer to vdev's device type as ``at::kPrivateUse1`` (AOTInductor's C
+    shim has ``aoti_torch_device_type_privateuse1()``), and their code is CPU code: the
+    header AOTInductor precompiles for a vdev model is the CPU's."""
+    from torch._inductor import codecache
+    from torch._inductor.codegen import cpp_utils
+
+    cpp_utils.DEVICE_TO_ATEN[BACKEND_NAME] = "at::kPrivateUse1"
+    cpp_utils.DEVICE_TO_INT[BACKEND_NAME] = int(torch._C._autograd.DeviceType.PrivateUse1)
+
+    wrapper_header = codecache._get_cpp_wrapper_header
+
+    def cpp_wrapper_header(device: str, aot_mode: bool = False) -> str:
+        if device.split(":", maxsplit=1)[0] == BACKEND_NAME:
+            device = _KERNEL_DEVICE.type
+        return wrapper_header(device, aot_mode)
+
+    codecache._get_cpp_wrapper_header = cpp_wrapper_header
+
+
 def register() -> None:
     _treat_vdev_as_cpp_device()
+    _build_cpp_wrappers_as_cpu_code()
     register_device_op_overrides(BACKEND_NAME, VdevDeviceOpOverrides())
     register_backend_for_device(
         BACKEND_NAME, CppScheduling, VdevPythonWrapperCodegen, VdevCppWrapperCodegen
