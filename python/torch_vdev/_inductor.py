@@ -17,6 +17,7 @@ order.
 import functools
 import os
 import re
+import warnings
 from typing import Any, Optional
 
 import torch
@@ -58,6 +59,10 @@ class VdevDeviceOpOverrides(DeviceOpOverrides):
         return "void*"
 
 
+# What generated Python wrappers call vdev's buffer allocation (torch_vdev._C.empty_strided).
+_ALLOCATE = f"empty_strided_{BACKEND_NAME}"
+
+
 def get_raw_stream(device_index: int) -> int:
     """The current stream of a vdev device as an integer, what generated code passes around."""
     return torch.vdev.current_stream(device_index).stream_id
@@ -75,8 +80,24 @@ def _is_vdev(device: Optional[torch.device]) -> bool:
     return device.type == BACKEND_NAME
 
 
+def _warn_if_graphs_requested() -> None:
+    from torch._inductor import config
+
+    if config.triton.cudagraphs:
+        warnings.warn(
+            f"{BACKEND_NAME} has no graph capture yet: torch.compile(mode='reduce-overhead') "
+            f"(CUDA graphs) runs this graph's compiled {BACKEND_NAME} code without graphs. Use "
+            "mode='default' or mode='max-autotune-no-cudagraphs' on vdev.",
+            stacklevel=2,
+        )
+
+
 class VdevPythonWrapperCodegen(PythonWrapperCodegen):
     """The Python wrapper of a compiled graph with vdev tensors."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        _warn_if_graphs_requested()
 
     @staticmethod
     def create(
@@ -88,6 +109,24 @@ class VdevPythonWrapperCodegen(PythonWrapperCodegen):
         if is_subgraph:
             return SubgraphPythonWrapperCodegen(subgraph_name, parent_wrapper, partition_signatures)
         return VdevPythonWrapperCodegen()
+
+    def write_header(self) -> None:
+        super().write_header()
+        self.imports.writeline(f"from torch_vdev._C import empty_strided as {_ALLOCATE}")
+
+    def make_allocation(self, name, device, dtype, shape, stride, allocation_shape=None, is_pinned=False):
+        from torch._inductor import config
+
+        if device.type != BACKEND_NAME or config.test_configs.track_memory_lifecycle:
+            return super().make_allocation(name, device, dtype, shape, stride, allocation_shape, is_pinned)
+        # On the buffer's own vdev device, whichever is current when the graph runs.
+        shape_code = self.codegen_python_shape_tuple(shape)
+        stride_code = self.codegen_python_shape_tuple(stride)
+        allocation_shape_code = self.codegen_python_shape_tuple(allocation_shape or shape)
+        allocation = f"{name} = {_ALLOCATE}({allocation_shape_code}, {stride_code}, {dtype}, {device.index or 0})"
+        if allocation_shape_code != shape_code:
+            allocation += f".as_strided({shape_code}, {stride_code})"
+        return allocation
 
     def _generate_kernel_call_helper(self, kernel_name: str, call_args, *, device=None, **kwargs) -> None:
         if _is_vdev(device):
@@ -113,6 +152,7 @@ class VdevCppWrapperCodegen(CppWrapperCpu):
         self.device = BACKEND_NAME
         super().__init__()
         self.needs_vec_isa = True
+        _warn_if_graphs_requested()
 
     @staticmethod
     def create(
@@ -124,6 +164,16 @@ class VdevCppWrapperCodegen(CppWrapperCpu):
         return VdevCppWrapperCodegen()
 
     def codegen_model_constructor(self) -> None:
+        from torch._inductor import config
+
+        if V.graph.constants and config.aot_inductor.package_constants_in_so:
+            raise RuntimeError(
+                f"AOTInductor cannot package the weights of a {BACKEND_NAME} model into it: its "
+                f"runtime allocates them in host memory, not {BACKEND_NAME} memory. Compile with "
+                "inductor_configs={'aot_inductor.package_constants_in_so': False} and give the "
+                "weights when loading: loaded.load_constants(weights, check_full_update=True, "
+                "user_managed=True) in Python, AOTIModelPackageLoader::load_constants in C++."
+            )
         super().codegen_model_constructor()
         # AOTInductor's model runtime knows only PyTorch's device names: vdev's model
         # runner passes "cpu:<index>" (csrc/inductor/AotiModelRunner.cpp), and the
@@ -217,6 +267,19 @@ def _treat_vdev_as_cpp_device() -> None:
 
     ir.is_cpu = is_cpu_or_vdev_ir
     scheduler.BaseSchedulerNode.is_cpu = is_cpu_or_vdev_node
+
+    # The C++ code generator holds kernels back to group them, and the scheduler emits
+    # them before an extern call only when the call has a device: an extern call without
+    # one (torch.vdev.synchronize(), stream and event ops) would be written before the
+    # kernels that precede it, after the buffers they read were freed.
+    codegen_extern_call = scheduler.Scheduler.codegen_extern_call
+
+    def codegen_extern_call_after_pending_kernels(self, node) -> None:
+        if node.get_device() is None:
+            self.flush()
+        codegen_extern_call(self, node)
+
+    scheduler.Scheduler.codegen_extern_call = codegen_extern_call_after_pending_kernels
 
 
 def _build_cpp_wrappers_as_cpu_code() -> None:
