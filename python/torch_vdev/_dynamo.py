@@ -77,6 +77,7 @@ class VdevInterface(DeviceInterface):
 
     @staticmethod
     def get_raw_stream(device_index: int) -> int:
+        """The current stream of a vdev device as an integer, as generated code passes it."""
         return torch.vdev.current_stream(device_index).stream_id
 
     @staticmethod

@@ -2,8 +2,8 @@
 
 vdev's memory is host RAM, so Inductor's C++ code generator (``CppScheduling``, the
 one the CPU uses) produces vdev's kernels: they take the data pointers of vdev
-tensors. The wrappers that call them allocate graph buffers with ``empty_strided`` on
-the vdev device, i.e. from vdev's caching allocator, and run the ops Inductor does not
+tensors. The wrappers that call them allocate graph buffers on vdev devices, from
+vdev's caching allocator, and run the ops Inductor does not
 generate code for (matmuls, convolutions, attention, custom ops) as extern kernels,
 which dispatch to vdev's own kernels.
 
@@ -44,7 +44,7 @@ class VdevDeviceOpOverrides(DeviceOpOverrides):
     """The device calls Inductor writes into generated wrappers."""
 
     def import_get_raw_stream_as(self, name: str) -> str:
-        return f"from torch_vdev._inductor import get_raw_stream as {name}"
+        return f"from torch_vdev._dynamo import VdevInterface\n{name} = VdevInterface.get_raw_stream"
 
     def set_device(self, device_idx: int) -> str:
         return f"torch.vdev.set_device({device_idx})"
@@ -61,11 +61,6 @@ class VdevDeviceOpOverrides(DeviceOpOverrides):
 
 # What generated Python wrappers call vdev's buffer allocation (torch_vdev._C.empty_strided).
 _ALLOCATE = f"empty_strided_{BACKEND_NAME}"
-
-
-def get_raw_stream(device_index: int) -> int:
-    """The current stream of a vdev device as an integer, what generated code passes around."""
-    return torch.vdev.current_stream(device_index).stream_id
 
 
 @functools.cache
