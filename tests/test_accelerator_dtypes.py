@@ -127,7 +127,7 @@ def test_in_place_and_out_variants_write_back_in_the_accelerator_dtype():
 
 def test_table_is_generated_from_op_db():
     check = subprocess.run(
-        [sys.executable, str(ROOT / "tools" / "generate_accelerator_dtypes.py"), "--check"],
+        [sys.executable, str(ROOT / "csrc" / "aten" / "generate_accelerator_dtypes.py"), "--check"],
         capture_output=True,
         text=True,
         timeout=900,

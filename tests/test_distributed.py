@@ -65,6 +65,13 @@ class VdevGroupTest(MultiProcContinuousTest):
         return DEVICE
 
     @classmethod
+    def _spawn_processes(cls, world_size) -> None:
+        # PyTorch's harness asks for spawn but keeps a start method set earlier in the
+        # process (an earlier test module's fork); vdev, like CUDA, needs spawn.
+        torch.multiprocessing.set_start_method("spawn", force=True)
+        super()._spawn_processes(world_size)
+
+    @classmethod
     def _init_pg(cls, rank, world_size, rdvz_file):
         device = device_of_rank(rank)
         torch.vdev.set_device(device)

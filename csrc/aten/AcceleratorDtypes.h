@@ -13,7 +13,7 @@ namespace vdev {
 // wider dtype it supports, and results come back in the dtype CUDA returns.
 //
 // The table (AcceleratorDtypes.inc) is data, generated from op_db's dtypesIfCUDA by
-// tools/generate_accelerator_dtypes.py: per aten op, each dtype its CPU kernel rejects
+// csrc/aten/generate_accelerator_dtypes.py: per aten op, each dtype its CPU kernel rejects
 // and the first wider dtype that it accepts. VDEV_ACCELERATOR_DTYPES=0 turns it off.
 class AcceleratorDtypes {
  public:
