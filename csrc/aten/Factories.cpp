@@ -72,7 +72,7 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
     // As with CUDA, a blocking copy between host and device synchronizes the host
     // with the device's current stream.
     const at::Tensor& device_side = is_vdev(dst) ? dst : self;
-    observe_current_stream(device_side.device().index());
+    synchronize_current_stream(device_side.device().index());
   }
   return dst;
 }
@@ -87,9 +87,8 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
 // it, as on CPU), so it runs on the vdev tensor itself: no alias, no second dispatch.
 c10::Scalar local_scalar_dense(const at::Tensor& self) {
   lazy_init();
-  c10::Scalar value = at::native::_local_scalar_dense_cpu(self);
-  observe_current_stream(self.device().index());
-  return value;
+  synchronize_current_stream(self.device().index());
+  return at::native::_local_scalar_dense_cpu(self);
 }
 
 at::Tensor& fill_scalar(at::Tensor& self, const c10::Scalar& value) {

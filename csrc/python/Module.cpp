@@ -100,7 +100,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("check_device_index", [](int index) { vdev::check_device_index(to_index(index)); });
   m.def("synchronize", [](int index) {
     vdev::lazy_init();
-    vdev::observe_device(to_index(index));
+    py::gil_scoped_release no_gil;  // the streams' work never needs the GIL
+    vdev::synchronize_device(to_index(index));
   });
   m.def("memory_capacity", [](int index) { return vdev::memory_capacity(to_index(index)); });
   m.def("default_generators", [] {

@@ -1,18 +1,15 @@
 #include "runtime/Allocator.h"
 
 #include "runtime/Device.h"
+#include "runtime/RuntimeError.h"
 #include "runtime/Stream.h"
 
 #include <c10/core/CPUAllocator.h>
 #include <c10/util/Exception.h>
 #include <c10/util/flat_hash_map.h>
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
-#include <cstring>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -88,24 +85,20 @@ std::string format_bytes(size_t nbytes) {
   return out.str();
 }
 
-size_t physical_memory_bytes() {
-  long pages = sysconf(_SC_PHYS_PAGES);
-  long page_size = sysconf(_SC_PAGE_SIZE);
-  return pages > 0 && page_size > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page_size)
-                                    : SIZE_MAX;
+// Capacity and free bytes as the runtime counts them: it holds every segment.
+std::pair<size_t, size_t> runtime_memory_info(c10::DeviceIndex device) {
+  size_t free_bytes = 0;
+  size_t total_bytes = 0;
+  check_runtime(vdrtMemGetInfo(device, &free_bytes, &total_bytes), "vdrtMemGetInfo");
+  return {free_bytes, total_bytes};
 }
 
-size_t read_capacity() {
-  const char* text = std::getenv("VDEV_MEMORY_LIMIT");
-  if (text == nullptr || *text == '\0') {
-    return physical_memory_bytes();
+// Segments are returned to the runtime outside the pools' lock: vdrtFree first waits
+// for the device's streams, whose kernels may allocate.
+void free_segments(const std::vector<void*>& segments) {
+  for (void* segment : segments) {
+    check_runtime(vdrtFree(segment), "vdrtFree");
   }
-  char* end = nullptr;
-  unsigned long long value = std::strtoull(text, &end, 10);
-  TORCH_CHECK(
-      *end == '\0' && text[0] != '-',
-      "VDEV_MEMORY_LIMIT='", text, "' is not a whole number of bytes");
-  return static_cast<size_t>(value);
 }
 
 void free_device_block(void* ptr);
@@ -168,7 +161,7 @@ struct DevicePool {
 
 class Pools {
  public:
-  Pools() : capacity_(read_capacity()), devices_(std::max<c10::DeviceIndex>(device_count(), 1)) {}
+  Pools() : devices_(std::max<c10::DeviceIndex>(device_count(), 1)) {}
 
   c10::DataPtr allocate(c10::DeviceIndex device, size_t nbytes, c10::Device reported) {
     check_device_index(device);
@@ -179,12 +172,12 @@ class Pools {
     const size_t size = round_block_size(nbytes);
     const bool small = size < kSmallPoolLimit;
     const c10::StreamId stream = current_stream_id(device);
-    std::lock_guard<SpinLock> lock(lock_);
+    std::unique_lock<SpinLock> lock(lock_);
     DevicePool& pool = devices_[device];
     reclaim_pending(pool, /*all=*/false);
     Block* block = take_cached(pool, stream, size);
     if (block == nullptr) {
-      void* ptr = allocate_segment(device, pool, size, nbytes);
+      void* ptr = allocate_segment(device, pool, size, nbytes, lock);
       block = blocks_.emplace(ptr, std::make_unique<Block>(Block{ptr, size, nbytes, device, stream, true, {}}))
                   .first->second.get();
     } else {
@@ -247,21 +240,18 @@ class Pools {
     return blocks_.count(const_cast<void*>(ptr)) != 0;
   }
 
-  c10::DeviceIndex device_of(const void* ptr) {
-    std::lock_guard<SpinLock> lock(lock_);
-    auto it = blocks_.find(const_cast<void*>(ptr));
-    TORCH_CHECK(it != blocks_.end(), "Pointer ", ptr, " is not ", kBackendName, " device memory");
-    return it->second->device;
-  }
-
-  // Like CUDA's, emptying the cache first waits for the streams of freed blocks, which
-  // for vdev have done their work already.
+  // Like CUDA's, emptying the cache waits for the streams of freed blocks (vdrtFree
+  // waits for the device's streams).
   void empty_cache() {
-    std::lock_guard<SpinLock> lock(lock_);
-    for (auto& pool : devices_) {
-      reclaim_pending(pool, /*all=*/true);
-      release_cached(pool);
+    std::vector<void*> segments;
+    {
+      std::lock_guard<SpinLock> lock(lock_);
+      for (auto& pool : devices_) {
+        reclaim_pending(pool, /*all=*/true);
+        take_cached_segments(pool, segments);
+      }
     }
+    free_segments(segments);
   }
 
   DeviceStats stats(c10::DeviceIndex device) {
@@ -295,17 +285,6 @@ class Pools {
     stats.num_ooms = 0;
     stats.num_device_alloc = 0;
     stats.num_device_free = 0;
-  }
-
-  size_t capacity() const {
-    return capacity_;
-  }
-
-  size_t reserved(c10::DeviceIndex device) {
-    check_device_index(device);
-    std::lock_guard<SpinLock> lock(lock_);
-    return static_cast<size_t>(
-        devices_[device].stats.reserved_bytes[static_cast<size_t>(StatType::AGGREGATE)].current);
   }
 
  private:
@@ -354,45 +333,54 @@ class Pools {
     }
   }
 
-  void* allocate_segment(c10::DeviceIndex device, DevicePool& pool, size_t size, size_t requested) {
-    auto reserved_bytes = [&pool] {
-      return static_cast<size_t>(
-          pool.stats.reserved_bytes[static_cast<size_t>(StatType::AGGREGATE)].current);
-    };
-    if (reserved_bytes() + size > capacity_ && (pool.cached_blocks > 0 || !pool.pending.empty())) {
-      // As CUDA's allocator, wait for the streams of freed blocks and free the cache.
+  void* allocate_segment(
+      c10::DeviceIndex device, DevicePool& pool, size_t size, size_t requested,
+      std::unique_lock<SpinLock>& lock) {
+    void* ptr = nullptr;
+    vdrtError_t status = vdrtMalloc(device, &ptr, size);
+    if (status == vdrtErrorMemoryAllocation && (pool.cached_blocks > 0 || !pool.pending.empty())) {
+      vdrtGetLastError();
+      // As CUDA's allocator, wait for the streams of freed blocks, free the cache, retry.
       pool.stats.num_alloc_retries += 1;
       reclaim_pending(pool, /*all=*/true);
-      release_cached(pool);
+      std::vector<void*> segments;
+      take_cached_segments(pool, segments);
+      lock.unlock();
+      free_segments(segments);
+      lock.lock();
+      status = vdrtMalloc(device, &ptr, size);
     }
-    void* ptr = reserved_bytes() + size > capacity_ ? nullptr : std::aligned_alloc(kAlignment, size);
-    if (ptr == nullptr) {
+    if (status == vdrtErrorMemoryAllocation) {
+      vdrtGetLastError();
       pool.stats.num_ooms += 1;
-      const size_t reserved = reserved_bytes();
+      const auto [free_bytes, capacity] = runtime_memory_info(device);
+      const size_t reserved = static_cast<size_t>(
+          pool.stats.reserved_bytes[static_cast<size_t>(StatType::AGGREGATE)].current);
       const size_t allocated = static_cast<size_t>(
           pool.stats.allocated_bytes[static_cast<size_t>(StatType::AGGREGATE)].current);
       TORCH_CHECK_WITH(
           OutOfMemoryError, false,
           kBackendName, " out of memory. Tried to allocate ", format_bytes(requested), " on ",
           kBackendName, ":", static_cast<int>(device), ". The device has a capacity of ",
-          format_bytes(capacity_), " of which ",
-          format_bytes(capacity_ > reserved ? capacity_ - reserved : 0), " is free; ",
+          format_bytes(capacity), " of which ", format_bytes(free_bytes), " is free; ",
           format_bytes(allocated), " is allocated by PyTorch and ", format_bytes(reserved),
           " is reserved. Set VDEV_MEMORY_LIMIT (bytes) to change the capacity.");
     }
+    check_runtime(status, "vdrtMalloc");
     update(pool.stats.segment, size < kSmallPoolLimit, 1);
     update(pool.stats.reserved_bytes, size < kSmallPoolLimit, static_cast<int64_t>(size));
     pool.stats.num_device_alloc += 1;
     return ptr;
   }
 
-  void release_cached(DevicePool& pool) {
+  // Takes every cached block out of the pool, for the caller to free once unlocked.
+  void take_cached_segments(DevicePool& pool, std::vector<void*>& segments) {
     for (StreamCache& cache : pool.cached) {
       for (auto& [size, blocks] : cache.free_blocks) {
         for (Block* block : blocks) {
           void* ptr = block->ptr;
           blocks_.erase(ptr);
-          std::free(ptr);
+          segments.push_back(ptr);
           update(pool.stats.segment, size < kSmallPoolLimit, -1);
           update(pool.stats.reserved_bytes, size < kSmallPoolLimit, -static_cast<int64_t>(size));
           pool.stats.num_device_free += 1;
@@ -403,7 +391,6 @@ class Pools {
     pool.cached_blocks = 0;
   }
 
-  const size_t capacity_;
   SpinLock lock_;
   std::vector<DevicePool> devices_;
   // Every block, in use, pending or cached: one open-addressing lookup per free. The
@@ -535,9 +522,8 @@ void CachingAllocator::resetPeakStats(c10::DeviceIndex device) {
 }
 
 std::pair<size_t, size_t> CachingAllocator::getMemoryInfo(c10::DeviceIndex device) {
-  size_t reserved = pools().reserved(device);
-  size_t capacity = pools().capacity();
-  return {capacity > reserved ? capacity - reserved : 0, capacity};
+  check_device_index(device);
+  return runtime_memory_info(device);
 }
 
 CachingAllocator& caching_allocator() {
@@ -582,12 +568,17 @@ RouteCpuAllocationsTo::~RouteCpuAllocationsTo() {
 }
 
 c10::Device device_of_pointer(const void* ptr) {
-  return make_device(pools().device_of(ptr));
+  vdrtPointerAttributes attributes;
+  check_runtime(vdrtPointerGetAttributes(&attributes, ptr), "vdrtPointerGetAttributes");
+  TORCH_CHECK(
+      attributes.type == vdrtMemoryTypeDevice, "Pointer ", ptr, " is not ", kBackendName,
+      " device memory");
+  return make_device(static_cast<c10::DeviceIndex>(attributes.device));
 }
 
 size_t memory_capacity(c10::DeviceIndex device) {
   check_device_index(device);
-  return pools().capacity();
+  return runtime_memory_info(device).second;
 }
 
 REGISTER_ALLOCATOR(kDeviceType, &caching_allocator())
