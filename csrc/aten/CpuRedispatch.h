@@ -3,6 +3,7 @@
 #include "aten/Tensor.h"
 #include "runtime/Allocator.h"
 #include "runtime/Device.h"
+#include "runtime/Stream.h"
 
 #include <ATen/core/Generator.h>
 #include <c10/core/DeviceGuard.h>
@@ -63,10 +64,12 @@ class CpuRedispatch {
   const at::Tensor* written_original(const at::Tensor& cpu_result) const;
   at::Tensor to_device(const at::Tensor& cpu);
 
-  // Everything that must hold while the CPU kernel runs.
+  // Everything that must hold while the CPU kernel runs on the calling thread; first,
+  // the work queued on the device's current stream is complete.
   class Scope {
    public:
     explicit Scope(c10::DeviceIndex device) : route_(device) {
+      synchronize_current_stream(device);
       // Ops almost always run on the current device: the guard's virtual calls are
       // then skipped.
       if (device != current_device()) {

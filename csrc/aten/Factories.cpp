@@ -1,6 +1,8 @@
 // Tensor creation, copies between devices, and reading scalars back to the host.
 #include "aten/Tensor.h"
 #include "runtime/Device.h"
+#include "runtime/HostAllocator.h"
+#include "runtime/Launch.h"
 #include "runtime/Stream.h"
 
 #include <ATen/EmptyTensor.h>
@@ -59,7 +61,10 @@ at::Tensor empty_strided(
 
 // copy_ lands here when either side is a vdev tensor: both sides are host memory,
 // so ATen's CPU copy (dtype conversion, broadcasting, any strides) runs on aliases.
-// It runs now even with non_blocking=True, which is therefore always safe.
+// As on CUDA, a copy between two tensors of one device, and a non_blocking copy
+// between a device and pinned host memory, are queued on the device's current stream
+// (the host goes on; reading the destination needs a synchronization); any other copy
+// waits for that stream and is complete when it returns.
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   lazy_init();
   for (const at::Tensor* tensor : {&self, &dst}) {
@@ -67,13 +72,27 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
         is_vdev(*tensor) || tensor->device().is_cpu(), "Copying between ", self.device(),
         " and ", dst.device(), " is not supported by ", kBackendName);
   }
-  as_cpu(dst).copy_(as_cpu(self), non_blocking);
-  if (!non_blocking && is_vdev(self) != is_vdev(dst)) {
-    // As with CUDA, a blocking copy between host and device synchronizes the host
-    // with the device's current stream.
-    const at::Tensor& device_side = is_vdev(dst) ? dst : self;
-    synchronize_current_stream(device_side.device().index());
+  const at::Tensor& device_side = is_vdev(dst) ? dst : self;
+  const at::Tensor& other_side = is_vdev(dst) ? self : dst;
+  const c10::DeviceIndex device = device_side.device().index();
+  const bool queued = is_vdev(other_side)
+      ? other_side.device() == device_side.device()
+      : non_blocking && is_pinned_pointer(other_side.data_ptr());
+  if (queued) {
+    // The kernel holds CPU aliases, and so the memory of both sides, until it has run.
+    launch(
+        current_stream(device), "aten::copy_",
+        [cpu_dst = as_cpu(dst), cpu_src = as_cpu(self)]() mutable {
+          at::_ops::copy_::redispatch(
+              c10::DispatchKeySet(c10::DispatchKey::CPU), cpu_dst, cpu_src, false);
+        });
+    return dst;
   }
+  synchronize_current_stream(device);
+  if (is_vdev(other_side)) {
+    synchronize_current_stream(other_side.device().index());
+  }
+  as_cpu(dst).copy_(as_cpu(self), non_blocking);
   return dst;
 }
 
@@ -93,6 +112,7 @@ c10::Scalar local_scalar_dense(const at::Tensor& self) {
 
 at::Tensor& fill_scalar(at::Tensor& self, const c10::Scalar& value) {
   lazy_init();
+  synchronize_current_stream(self.device().index());
   cpu_alias(self).fill_(value);
   return self;
 }

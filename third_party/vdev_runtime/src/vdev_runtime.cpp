@@ -172,16 +172,18 @@ struct vdrtStream : std::enable_shared_from_this<vdrtStream> {
   const int device;
   const int priority;
 
-  std::mutex mutex;  // guards everything below
+  std::mutex mutex;  // guards everything below; the atomics change under it too
   std::condition_variable work_queued;
   std::condition_variable work_done;
   std::deque<Work> queue;
-  uint64_t submitted = 0;
-  uint64_t completed = 0;
+  // Read without the lock by queries and synchronizations of an idle stream, which
+  // the host makes around every operation it runs itself.
+  std::atomic<uint64_t> submitted{0};
+  std::atomic<uint64_t> completed{0};
   bool stopping = false;
   std::thread worker;
   // The first failure since the stream was last synchronized.
-  bool failed = false;
+  std::atomic<bool> failed{false};
   std::string failure;
   // Held while one work item runs: the worker and launch-blocking callers take turns.
   std::mutex running;
@@ -238,18 +240,25 @@ struct vdrtStream : std::enable_shared_from_this<vdrtStream> {
     return vdrtSuccess;
   }
 
-  void wait_idle() {
-    std::unique_lock<std::mutex> lock(mutex);
-    const uint64_t target = submitted;
-    work_done.wait(lock, [&] { return completed >= target; });
+  bool idle() const {
+    // `completed` first: it never exceeds `submitted`, so equal values mean idle.
+    const uint64_t done = completed.load(std::memory_order_acquire);
+    return done == submitted.load(std::memory_order_acquire);
   }
 
-  bool idle() {
-    std::lock_guard<std::mutex> lock(mutex);
-    return completed == submitted;
+  void wait_idle() {
+    if (idle()) {
+      return;
+    }
+    std::unique_lock<std::mutex> lock(mutex);
+    const uint64_t target = submitted.load();
+    work_done.wait(lock, [&] { return completed.load() >= target; });
   }
 
   vdrtError_t take_failure() {
+    if (!failed.load(std::memory_order_acquire)) {
+      return vdrtSuccess;
+    }
     std::lock_guard<std::mutex> lock(mutex);
     if (!failed) {
       return vdrtSuccess;
