@@ -1,4 +1,5 @@
 // Tensor creation, copies between devices, and reading scalars back to the host.
+#include "aten/CpuRedispatch.h"
 #include "aten/Tensor.h"
 #include "runtime/Device.h"
 #include "runtime/HostAllocator.h"
@@ -6,11 +7,13 @@
 #include "runtime/Stream.h"
 
 #include <ATen/EmptyTensor.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/native/Resize.h>
 #include <torch/library.h>
 
 #include <ATen/ops/_local_scalar_dense_native.h>
 #include <ATen/ops/copy.h>
+#include <ATen/ops/copy_ops.h>
 
 namespace vdev {
 namespace {
@@ -75,11 +78,19 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   const at::Tensor& device_side = is_vdev(dst) ? dst : self;
   const at::Tensor& other_side = is_vdev(dst) ? self : dst;
   const c10::DeviceIndex device = device_side.device().index();
+  // Aliases made by one call: ATen's copy then sees whether source and destination
+  // share memory (and refuses a partial overlap, as on CPU and CUDA).
+  CpuRedispatch call(at::_ops::copy_::name);
+  at::Tensor cpu_dst = call.alias(dst);
   const bool queued = is_vdev(other_side)
       ? other_side.device() == device_side.device()
       : non_blocking && is_pinned_pointer(other_side.data_ptr());
   if (queued) {
-    // The kernel holds CPU aliases, and so the memory of both sides, until it has run.
+    // The checks ATen's copy makes, made now so that they raise at the call.
+    at::assert_no_internal_overlap(cpu_dst);
+    at::assert_no_partial_overlap(cpu_dst, call.alias(self));
+    // The kernel holds CPU aliases of its own, and so the memory of both sides, until
+    // it has run.
     launch(
         current_stream(device), "aten::copy_",
         [cpu_dst = as_cpu(dst), cpu_src = as_cpu(self)]() mutable {
@@ -92,7 +103,7 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   if (is_vdev(other_side)) {
     synchronize_current_stream(other_side.device().index());
   }
-  as_cpu(dst).copy_(as_cpu(self), non_blocking);
+  cpu_dst.copy_(call.alias(self), non_blocking);
   return dst;
 }
 

@@ -122,6 +122,10 @@ at::Tensor device_tensor_for(c10::Storage storage, const at::Tensor& cpu_result)
 // storage alive, shares the tensor's version counter, and a CPU kernel that
 // resizes it allocates device memory.
 at::Tensor cpu_alias(const at::Tensor& tensor);
+// The same over `alias_storage`, an alias storage of `tensor`'s device storage made
+// for another tensor. ATen's overlap checks (in-place ops, copies) compare storages,
+// so tensors that share memory must reach one kernel as aliases sharing one storage.
+at::Tensor cpu_alias_over(const at::Tensor& tensor, c10::Storage alias_storage);
 
 // cpu_alias for the arguments of a CPU kernel. Making an alias (a TensorImpl and a
 // StorageImpl) is most of an op's overhead, so the alias of the tensor's last op is
