@@ -242,3 +242,59 @@ def test_memory_freed_while_work_is_queued_is_safe_on_the_same_stream():
     torch.vdev.synchronize()
     assert destination.sum().item() == N
     assert reused.sum().item() == 5 * N
+
+
+@pytest.mark.parametrize("kind", ["foreach", "fused"])
+def test_optimizer_steps_match_cpu(kind):
+    torch.manual_seed(0)
+    model_cpu = torch.nn.Linear(16, 4)
+    model = torch.nn.Linear(16, 4).vdev()
+    model.load_state_dict(model_cpu.state_dict())
+    options = {"foreach": True} if kind == "foreach" else {"fused": True}
+    optimizers = [torch.optim.AdamW(m.parameters(), lr=0.1, **options) for m in (model_cpu, model)]
+    inputs = torch.randn(8, 16)
+    for step in range(3):
+        for m, optimizer, x in zip((model_cpu, model), optimizers, (inputs, inputs.vdev())):
+            optimizer.zero_grad()
+            m(x).square().sum().backward()
+            optimizer.step()
+    torch.vdev.synchronize()
+    for vdev_param, cpu_param in zip(model.parameters(), model_cpu.parameters()):
+        assert_close(vdev_param.detach().cpu(), cpu_param.detach(), rtol=0, atol=0)
+
+
+def test_a_fused_optimizer_step_is_queued():
+    model = torch.nn.Linear(16, 4).vdev()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1, fused=True)
+    model(torch.randn(8, 16, device="vdev")).sum().backward()
+    optimizer.step()  # creates the state on the calling thread
+    expected = model.weight.detach().clone()
+    optimizer.step()
+    torch.vdev.synchronize()
+    weight = _pinned_zeros()[: model.weight.numel()].view_as(model.weight)
+    torch.vdev._sleep(BUSY_MS)
+    optimizer.step()  # queued behind the sleep: the host returns at once
+    weight.copy_(model.weight.detach(), non_blocking=True)
+    assert not torch.vdev.current_stream().query()
+    assert weight.abs().sum().item() == 0
+    torch.vdev.synchronize()
+    assert not torch.equal(weight, expected.cpu())  # the queued step ran
+
+
+def test_in_place_foreach_with_a_cpu_scalar_runs_on_the_calling_thread():
+    tensors = [torch.ones(3, device="vdev"), torch.ones(2, device="vdev")]
+    scale = torch.tensor(2.0)
+    torch.vdev._sleep(BUSY_MS)
+    torch._foreach_mul_(tensors, scale)  # reads the host's scalar now, after the stream
+    assert torch.vdev.current_stream().query()
+    scale.fill_(5.0)
+    assert_close([t.cpu() for t in tensors], [torch.full((3,), 2.0), torch.full((2,), 2.0)])
+
+
+def test_a_failing_queued_foreach_names_its_op():
+    tensors = [torch.ones(3, device="vdev")]
+    others = [torch.ones(4, device="vdev")]  # a size mismatch the CPU kernel refuses
+    torch._foreach_add_(tensors, others)
+    with pytest.raises(RuntimeError, match="aten::_foreach_add_"):
+        torch.vdev.synchronize()
+    torch.vdev.synchronize()

@@ -5,17 +5,16 @@ in a ThreadSanitizer build, which fails them on any data race."""
 
 import os
 import re
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from cmake_builds import cmake_build
+
 ROOT = Path(__file__).resolve().parent.parent
 RUNTIME = ROOT / "third_party" / "vdev_runtime"
 TEST_SOURCE = RUNTIME / "tests" / "runtime_tests.cpp"
-BUILD_TIMEOUT = 600
 
 TEST_NAMES = re.findall(r"^TEST\((\w+)\)", TEST_SOURCE.read_text(), flags=re.M)
 
@@ -40,23 +39,8 @@ THREADED_TESTS = [
 ]
 
 
-def _tool(name: str) -> str:
-    search_path = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
-    found = shutil.which(name, path=search_path)
-    if found is None:
-        pytest.fail(f"{name} is not installed; install the test extra: pip install '.[test]'")
-    return found
-
-
 def _build(build_dir: Path, *flags: str) -> Path:
-    configure = [
-        _tool("cmake"), "-S", str(RUNTIME), "-B", str(build_dir), "-G", "Ninja",
-        f"-DCMAKE_MAKE_PROGRAM={_tool('ninja')}", "-DVDEV_RUNTIME_BUILD_TESTS=ON", *flags,
-    ]
-    for command in (configure, [_tool("cmake"), "--build", str(build_dir)]):
-        result = subprocess.run(command, capture_output=True, text=True, timeout=BUILD_TIMEOUT)
-        assert result.returncode == 0, f"{' '.join(command)}\n{result.stdout}\n{result.stderr}"
-    return build_dir / "vdev_runtime_tests"
+    return cmake_build(RUNTIME, build_dir, "-DVDEV_RUNTIME_BUILD_TESTS=ON", *flags) / "vdev_runtime_tests"
 
 
 def _run(program: Path, name: str) -> subprocess.CompletedProcess:
