@@ -1,6 +1,7 @@
 // Tensor creation, copies between devices, and reading scalars back to the host.
 #include "aten/CpuRedispatch.h"
 #include "aten/Tensor.h"
+#include "profiler/DeviceActivity.h"
 #include "runtime/Device.h"
 #include "runtime/HostAllocator.h"
 #include "runtime/Launch.h"
@@ -62,6 +63,18 @@ at::Tensor empty_strided(
   return tensor;
 }
 
+// CUDA's names of copies in profiler traces.
+const char* copy_name(const at::Tensor& self, const at::Tensor& dst) {
+  if (!is_vdev(self)) {
+    return "Memcpy HtoD (Host -> Device)";
+  }
+  if (!is_vdev(dst)) {
+    return "Memcpy DtoH (Device -> Host)";
+  }
+  return self.device() == dst.device() ? "Memcpy DtoD (Device -> Device)"
+                                       : "Memcpy PtoP (Device -> Device)";
+}
+
 // copy_ lands here when either side is a vdev tensor: both sides are host memory,
 // so ATen's CPU copy (dtype conversion, broadcasting, any strides) runs on aliases.
 // As on CUDA, a copy between two tensors of one device, and a non_blocking copy
@@ -78,6 +91,7 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   const at::Tensor& device_side = is_vdev(dst) ? dst : self;
   const at::Tensor& other_side = is_vdev(dst) ? self : dst;
   const c10::DeviceIndex device = device_side.device().index();
+  const char* name = copy_name(self, dst);
   // Aliases made by one call: ATen's copy then sees whether source and destination
   // share memory (and refuses a partial overlap, as on CPU and CUDA).
   CpuRedispatch call(at::_ops::copy_::name);
@@ -90,10 +104,12 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
     at::assert_no_internal_overlap(cpu_dst);
     at::assert_no_partial_overlap(cpu_dst, call.alias(self));
     // The kernel holds CPU aliases of its own, and so the memory of both sides, until
-    // it has run.
+    // it has run; its profiler activity is the copy on the stream.
     launch(
         current_stream(device), "aten::copy_",
-        [cpu_dst = as_cpu(dst), cpu_src = as_cpu(self)]() mutable {
+        [cpu_dst = as_cpu(dst), cpu_src = as_cpu(self), name, device]() mutable {
+          profiler::ActivityScope activity(
+              profiler::ActivityKind::kMemcpy, name, device, cpu_dst.nbytes());
           at::_ops::copy_::redispatch(
               c10::DispatchKeySet(c10::DispatchKey::CPU), cpu_dst, cpu_src, false);
         });
@@ -103,6 +119,7 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   if (is_vdev(other_side)) {
     synchronize_current_stream(other_side.device().index());
   }
+  profiler::ActivityScope activity(profiler::ActivityKind::kMemcpy, name, device, dst.nbytes());
   cpu_dst.copy_(call.alias(self), non_blocking);
   return dst;
 }
@@ -118,12 +135,20 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
 c10::Scalar local_scalar_dense(const at::Tensor& self) {
   lazy_init();
   synchronize_current_stream(self.device().index());
+  profiler::ActivityScope activity(
+      profiler::ActivityKind::kMemcpy, "Memcpy DtoH (Device -> Host)", self.device().index(),
+      static_cast<int64_t>(self.element_size()));
   return at::native::_local_scalar_dense_cpu(self);
 }
 
 at::Tensor& fill_scalar(at::Tensor& self, const c10::Scalar& value) {
   lazy_init();
   synchronize_current_stream(self.device().index());
+  // Filling with zeros is a memset on CUDA too (cudaMemsetAsync), other values a kernel.
+  const bool memset = profiler::recording() && value.equal(0) && self.is_contiguous();
+  profiler::ActivityScope activity(
+      memset ? profiler::ActivityKind::kMemset : profiler::ActivityKind::kKernel,
+      memset ? "Memset (Device)" : "aten::fill_", self.device().index(), self.nbytes());
   cpu_alias(self).fill_(value);
   return self;
 }

@@ -1,3 +1,4 @@
+#include "profiler/DeviceActivity.h"
 #include "runtime/Allocator.h"
 #include "runtime/Device.h"
 #include "runtime/Stream.h"
@@ -72,11 +73,13 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
         "Event device index ", static_cast<int>(device_index),
         " does not match recording stream's device index ",
         static_cast<int>(stream.device_index()), ".");
+    profiler::ActivityScope activity("vdevEventRecord", stream);
     record_event(event, stream, flag);
   }
 
   void block(void* event, const c10::Stream& stream) const override {
     lazy_init();
+    profiler::ActivityScope activity("vdevStreamWaitEvent", stream);
     wait_event(event, stream);
   }
 
@@ -91,6 +94,8 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
 
   void synchronizeEvent(void* event) const override {
     lazy_init();
+    profiler::ActivityScope activity(
+        profiler::ActivityKind::kRuntime, "vdevEventSynchronize", current_device());
     synchronize_event(event);
   }
 
@@ -107,6 +112,7 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
 
   void synchronizeStream(const c10::Stream& stream) const override {
     lazy_init();
+    profiler::ActivityScope activity("vdevStreamSynchronize", stream);
     synchronize_stream(stream);
   }
 

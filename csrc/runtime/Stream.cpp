@@ -1,5 +1,6 @@
 #include "runtime/Stream.h"
 
+#include "profiler/DeviceActivity.h"
 #include "runtime/Device.h"
 #include "runtime/RuntimeError.h"
 
@@ -196,6 +197,7 @@ void synchronize_current_stream(c10::DeviceIndex device) {
 
 void synchronize_device(c10::DeviceIndex device) {
   check_device_index(device);
+  profiler::ActivityScope activity(profiler::ActivityKind::kRuntime, "vdevDeviceSynchronize", device);
   std::vector<uint64_t> reached(kStreamsPerDevice);
   for (c10::StreamId id = 0; id < kStreamsPerDevice; ++id) {
     reached[id] = progress_at(device, id).marked.load();
