@@ -3,7 +3,9 @@
 #include "amp/Autocast.h"
 #include "aten/BackendMeta.h"
 #include "aten/Fallback.h"
+#include "aten/SharedMemory.h"
 #include "aten/Tensor.h"
+#include "python/Distributed.h"
 #include "python/MemorySnapshot.h"
 #include "python/PythonKernel.h"
 #include "runtime/Allocator.h"
@@ -187,6 +189,11 @@ PYBIND11_MODULE(_C, m) {
     return ops;
   });
   m.def("is_vdev_tensor_impl", &vdev::has_vdev_tensor_impl);
+  m.def("share_device_memory", &vdev::share_device_memory);
+  m.def("tensor_from_shared_memory", [](int fd, size_t nbytes, int device) {
+    return vdev::tensor_from_shared_memory(fd, nbytes, to_index(device));
+  });
   vdev::bind_python_kernels(m);
+  vdev::bind_distributed(m);
   vdev::bind_memory_snapshot(m);
 }
