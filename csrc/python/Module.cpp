@@ -15,6 +15,7 @@
 #include "runtime/Launch.h"
 #include "runtime/Stream.h"
 
+#include <torch/csrc/Dtype.h>
 #include <torch/csrc/Event.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/Exceptions.h>
@@ -187,6 +188,16 @@ PYBIND11_MODULE(_C, m) {
       ops.append(py::make_tuple(op.name, op.policy));
     }
     return ops;
+  });
+  // The allocations of Inductor's generated Python wrappers: torch.empty_strided on a
+  // vdev device without torch's Python argument parsing, like torch's
+  // _empty_strided_cpu for CPU buffers.
+  m.def("empty_strided", [](c10::IntArrayRef sizes, c10::IntArrayRef strides, py::handle dtype, int index) {
+    TORCH_CHECK_TYPE(THPDtype_Check(dtype.ptr()), "dtype must be a torch.dtype");
+    const auto options = at::TensorOptions()
+                             .dtype(reinterpret_cast<THPDtype*>(dtype.ptr())->scalar_type)
+                             .device(vdev::make_device(to_index(index)));
+    return at::empty_strided(sizes, strides, options);
   });
   m.def("is_vdev_tensor_impl", &vdev::has_vdev_tensor_impl);
   m.def("share_device_memory", &vdev::share_device_memory);

@@ -58,6 +58,9 @@ def _register_backend() -> None:
     from . import multiprocessing
 
     multiprocessing.register()
+    from . import _compiler_hooks
+
+    _compiler_hooks.install()
 
 
 def _drain_autograd_device_threads() -> None:
