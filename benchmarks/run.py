@@ -6,7 +6,9 @@
 
 Each case builds the same work on vdev and on CPU, then times batches of calls,
 alternating vdev and CPU batches (and which goes first) so that both see the same
-machine load. The table shows each side's median time per call and the median of
+machine load. A vdev batch ends with torch.vdev.synchronize(), so work queued on a
+stream counts. `VDEV_LAUNCH_BLOCKING=1 python benchmarks/run.py` measures with every
+launch run before it returns. The table shows each side's median time per call and the median of
 the per-pair ratios vdev / CPU. Copies are compared with a CPU-to-CPU copy of the
 same size, i.e. memcpy bandwidth. Before timing, each case checks that its vdev
 work takes the intended path: the named ops through the CPU fallback, everything
@@ -99,6 +101,15 @@ def device_to_host(nbytes):
     return make
 
 
+def device_to_device(numel):
+    """Copies between two vdev tensors are queued on the stream (on CPU: a CPU copy)."""
+    def make(device):
+        source = torch.rand(numel).to(device)
+        destination = torch.empty(numel, device=device)
+        return lambda: destination.copy_(source)
+    return make
+
+
 def backward_on_calling_thread(make_step):
     """The step with multithreaded backward off. PyTorch's autograd engine runs the
     backward of a graph on an accelerator in that device's worker thread, and the
@@ -129,6 +140,8 @@ CASES = [
          fallback_ops=("aten::_cummax_helper",)),
     Case("special.i0e, 1M floats (fallback)", FALLBACK, unary(torch.special.i0e, MB),
          fallback_ops=("aten::special_i0e",)),
+    Case("copy between vdev tensors, 1 element (queued launch)", SMALL, device_to_device(1)),
+    Case("copy between vdev tensors, 4M floats (queued launch)", LARGE, device_to_device(4 * MB)),
     Case("H2D copy, 64 MB", COPY, host_to_device(64 * MB), nbytes=64 * MB),
     Case("D2H copy, 64 MB", COPY, device_to_host(64 * MB), nbytes=64 * MB),
 ] + [
@@ -151,13 +164,15 @@ def check_path(case, vdev_call):
         )
 
 
-def time_batch(call, number):
-    """Seconds per call over `number` back-to-back calls (garbage collection off, as timeit)."""
+def time_batch(call, number, finish=lambda: None):
+    """Seconds per call over `number` back-to-back calls and `finish()` (garbage
+    collection off, as timeit)."""
     gc.disable()
     try:
         start = time.perf_counter()
         for _ in range(number):
             call()
+        finish()
         return (time.perf_counter() - start) / number
     finally:
         gc.enable()
@@ -186,14 +201,16 @@ def measure(case, repeats, batch_seconds):
     for call in (vdev_call, cpu_call):  # warm caches (allocator, kernels, autograd)
         for _ in range(3):
             call()
+    torch.vdev.synchronize()
     number = calls_per_batch(cpu_call, batch_seconds)
     vdev_times, cpu_times, ratios = [], [], []
+    sync = torch.vdev.synchronize
     for repeat in range(repeats):
         # Alternate which side goes first, so neither always follows the other.
         if repeat % 2 == 0:
-            vdev_time, cpu_time = time_batch(vdev_call, number), time_batch(cpu_call, number)
+            vdev_time, cpu_time = time_batch(vdev_call, number, sync), time_batch(cpu_call, number)
         else:
-            cpu_time, vdev_time = time_batch(cpu_call, number), time_batch(vdev_call, number)
+            cpu_time, vdev_time = time_batch(cpu_call, number), time_batch(vdev_call, number, sync)
         vdev_times.append(vdev_time)
         cpu_times.append(cpu_time)
         ratios.append(vdev_time / cpu_time)
@@ -261,6 +278,7 @@ def main():
     print(f"torch {torch.__version__}, torch_vdev {torch_vdev.__version__}, "
           f"{torch.get_num_threads()} thread(s), {cpu_model()}, {os.cpu_count()} CPUs, "
           f"load average {load_before:.1f} → {load_after:.1f}, "
+          f"VDEV_LAUNCH_BLOCKING={os.environ.get('VDEV_LAUNCH_BLOCKING', '0')}, "
           f"median of {repeats} interleaved batches of ≥ {batch_seconds * 1e3:.0f} ms\n")
     print(table(results))
     missed = [result.case.name for result in results if result.ratio > LIMITS[result.case.kind]]

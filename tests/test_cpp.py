@@ -4,43 +4,25 @@ package as a user would."""
 
 import os
 import re
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 import torch_vdev
+from cmake_builds import cmake_build
 
 ROOT = Path(__file__).resolve().parent.parent
-# Compiling against libtorch takes a minute or more per source file.
-BUILD_TIMEOUT = 1800
-
-
-def _tool(name: str) -> str:
-    """`name` from this Python environment (the test extra installs cmake and ninja), else PATH."""
-    search_path = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
-    found = shutil.which(name, path=search_path)
-    if found is None:
-        pytest.fail(f"{name} is not installed; install the test extra: pip install '.[test]'")
-    return found
 
 
 def _build(source: Path, build_dir: Path) -> Path:
-    """Configures and builds a CMake project of C++ apps against the installed package,
-    passing only torch_vdev's prefix: the package finds Torch by itself."""
-    configure = [
-        _tool("cmake"), "-S", str(source), "-B", str(build_dir), "-G", "Ninja",
-        f"-DCMAKE_MAKE_PROGRAM={_tool('ninja')}",
-        "-DCMAKE_BUILD_TYPE=Release",
+    """Builds a CMake project of C++ apps against the installed package, passing only
+    torch_vdev's prefix: the package finds Torch by itself."""
+    return cmake_build(
+        source, build_dir, "-DCMAKE_BUILD_TYPE=Release",
         f"-DCMAKE_PREFIX_PATH={torch_vdev.cmake_prefix_path}",
-    ]
-    for command in (configure, [_tool("cmake"), "--build", str(build_dir)]):
-        result = subprocess.run(command, capture_output=True, text=True, timeout=BUILD_TIMEOUT)
-        assert result.returncode == 0, f"{' '.join(command)}\n{result.stdout}\n{result.stderr}"
-    return build_dir
+    )
 
 
 def _run(program: Path, device_count: int) -> subprocess.CompletedProcess:

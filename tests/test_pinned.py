@@ -91,10 +91,12 @@ def test_non_blocking_copies_are_correct():
     source = torch.randn(64, 33).pin_memory()
     expected = source.clone()
     on_device = source.to("vdev:1", non_blocking=True)
-    source.fill_(0)  # a non_blocking copy has already read its source when it returns
+    torch.vdev.synchronize(1)  # as on CUDA, the source may change once the copy is complete
+    source.fill_(0)
     assert_close(on_device.cpu(), expected, rtol=0, atol=0)
     back = torch.empty(64, 33, pin_memory=True)
     back.copy_(on_device, non_blocking=True)
+    torch.vdev.synchronize(1)  # the host reads the destination once the copy is complete
     assert_close(back, expected, rtol=0, atol=0)
     across = on_device.to("vdev:0", non_blocking=True)
     assert_close(across.cpu(), expected, rtol=0, atol=0)

@@ -156,12 +156,14 @@ def test_event_record_query_synchronize_and_wait():
     assert event.query()  # never recorded
     event.record()
     assert event.device == torch.device("vdev", 0)
-    assert event.query()
     event.synchronize()
+    assert event.query()
     side.wait_event(event)
     event.wait(side)
     recorded = side.record_event()
-    assert isinstance(recorded, torch.vdev.Event) and recorded.query()
+    assert isinstance(recorded, torch.vdev.Event)
+    recorded.synchronize()
+    assert recorded.query()
     own = torch.vdev.Event()
     assert side.record_event(own) is own
 
@@ -173,6 +175,7 @@ def test_elapsed_time_measures_real_time():
     start.record()
     time.sleep(0.05)
     end.record()
+    end.synchronize()
     outer_ms = (time.perf_counter() - before) * 1000
     elapsed = start.elapsed_time(end)
     assert 50 * 0.95 <= elapsed <= outer_ms
@@ -181,6 +184,7 @@ def test_elapsed_time_measures_real_time():
     before = time.perf_counter()
     generic_start.record()
     generic_end.record()
+    generic_end.synchronize()
     outer_ms = (time.perf_counter() - before) * 1000
     assert 0 <= generic_start.elapsed_time(generic_end) <= outer_ms
 
@@ -221,6 +225,13 @@ SIZE = 3 * MiB + 256 * 1024  # a size no other test caches, with no rounding
 def _block(stream=None):
     with torch.vdev.stream(stream):
         return torch.empty(SIZE, dtype=torch.uint8, device="vdev")
+
+
+def _poll(query):
+    """Queries until the work is complete (a recorded event completes when its stream's
+    worker reaches it), as code waiting for CUDA work without blocking does."""
+    while not query():
+        time.sleep(0.0001)
 
 
 @pytest.fixture
@@ -270,7 +281,7 @@ def test_recorded_block_waits_for_the_recording_stream(fresh_cache):
         lambda side: torch.vdev.synchronize(),
         lambda side: torch.accelerator.synchronize(),
         lambda side: side.record_event().synchronize(),
-        lambda side: side.record_event().query(),
+        lambda side: _poll(side.record_event().query),
     ],
     ids=["stream_sync", "stream_query", "device_sync", "accelerator_sync", "event_sync", "event_query"],
 )

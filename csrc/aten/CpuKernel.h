@@ -8,6 +8,7 @@
 
 #include "aten/CpuRedispatch.h"
 #include "runtime/Device.h"
+#include "runtime/Launch.h"
 
 #include <ATen/core/IListRef.h>
 #include <ATen/core/List.h>
@@ -298,17 +299,136 @@ struct CpuKernel<Op, CpuOp, Result(Args...)> {
   }
 };
 
+namespace cpu_kernel {
+
+// Whether an argument holds a tensor that is not vdev's.
+inline bool holds_host_tensor(const at::Tensor& tensor) {
+  return tensor.defined() && !is_vdev(tensor);
+}
+inline bool holds_host_tensor(const std::optional<at::Tensor>& tensor) {
+  return tensor.has_value() && holds_host_tensor(*tensor);
+}
+inline bool holds_host_tensor(at::TensorList tensors) {
+  for (const at::Tensor& tensor : tensors) {
+    if (holds_host_tensor(tensor)) {
+      return true;
+    }
+  }
+  return false;
+}
+template <class T>
+bool holds_host_tensor(const T& /*other*/) {
+  return false;
+}
+
+// An argument as a queued kernel keeps it until it runs: owned, since the host goes on.
+// Tensors become CPU aliases, which hold the device memory.
+template <class Arg>
+struct Kept {
+  using type = std::decay_t<Arg>;
+  static type keep(const type& value) {
+    return value;
+  }
+};
+template <>
+struct Kept<const at::Tensor&> {
+  using type = at::Tensor;
+  static type keep(const at::Tensor& tensor) {
+    return cpu_alias(tensor);
+  }
+};
+template <>
+struct Kept<at::Tensor&> : Kept<const at::Tensor&> {};
+template <>
+struct Kept<const std::optional<at::Tensor>&> {
+  using type = std::optional<at::Tensor>;
+  static type keep(const std::optional<at::Tensor>& tensor) {
+    return tensor.has_value() && tensor->defined() ? type(cpu_alias(*tensor)) : tensor;
+  }
+};
+template <>
+struct Kept<at::TensorList> {
+  using type = std::vector<at::Tensor>;
+  static type keep(at::TensorList tensors) {
+    type aliases;
+    aliases.reserve(tensors.size());
+    for (const at::Tensor& tensor : tensors) {
+      aliases.push_back(cpu_alias(tensor));
+    }
+    return aliases;
+  }
+};
+template <class T>
+struct Kept<c10::ArrayRef<T>> {
+  using type = std::vector<T>;
+  static type keep(c10::ArrayRef<T> values) {
+    return values.vec();
+  }
+};
+
+} // namespace cpu_kernel
+
+// QueuedCpuKernel<Op>::call is the kernel of an op that writes only its arguments
+// (in-place foreach and fused optimizer ops): checked on the host, then queued on the
+// device's current stream, where ATen's CPU kernel runs on aliases the kernel owns. An
+// op given a host tensor (a CPU scalar, CPU step counts) runs as CpuKernel<Op> does.
+template <class Op, class Schema = typename Op::schema>
+struct QueuedCpuKernel;
+
+template <class Op, class... Args>
+struct QueuedCpuKernel<Op, void(Args...)> {
+  static void call(Args... args) {
+    lazy_init();
+    if ((cpu_kernel::holds_host_tensor(args) || ...)) {
+      return CpuKernel<Op>::call(std::forward<Args>(args)...);
+    }
+    c10::DeviceIndex device = -1;
+    {
+      CpuRedispatch checks(Op::name);
+      (cpu_kernel::note(checks, args), ...);
+      device = checks.device();
+    }
+    launch(
+        current_stream(device), Op::name,
+        [kept = std::make_tuple(cpu_kernel::Kept<Args>::keep(args)...)]() mutable {
+          std::apply(
+              [](auto&... argument) {
+                constexpr c10::DispatchKeySet kCpu(c10::DispatchKey::CPU);
+                Op::redispatch(kCpu, argument...);
+              },
+              kept);
+        });
+  }
+};
+
+namespace cpu_kernel {
+
+// Registers `kernel` for the op named "aten::name" with `overload` in `library`.
+template <class Kernel>
+void register_kernel(torch::Library& library, const char* name, const char* overload, Kernel kernel) {
+  std::string full_name = name;
+  if (overload[0] != '\0') {
+    full_name += std::string(".") + overload;
+  }
+  library.impl(full_name.c_str() + full_name.find("::") + 2, kernel);
+}
+
+} // namespace cpu_kernel
+
 // Registers CpuKernel<Op> as the vdev kernel of each Op.
 template <class... Ops>
 void register_cpu_kernels(torch::Library& library) {
-  auto register_one = [&library](const char* name, const char* overload, auto kernel) {
-    std::string full_name = name;
-    if (overload[0] != '\0') {
-      full_name += std::string(".") + overload;
-    }
-    library.impl(full_name.c_str() + full_name.find("::") + 2, kernel);
-  };
-  (register_one(Ops::name, Ops::overload_name, TORCH_FN(CpuKernel<Ops>::call)), ...);
+  (cpu_kernel::register_kernel(
+       library, Ops::name, Ops::overload_name, TORCH_FN(CpuKernel<Ops>::call)),
+   ...);
+}
+
+// Registers QueuedCpuKernel<Op> as the vdev kernel of each Op.
+template <class... Ops>
+void register_queued_cpu_kernels(torch::Library& library) {
+  (cpu_kernel::register_kernel(
+       library, Ops::name, Ops::overload_name, TORCH_FN(QueuedCpuKernel<Ops>::call)),
+   ...);
 }
 
 } // namespace vdev

@@ -5,6 +5,7 @@
 #include "profiler/DeviceActivity.h"
 #include "runtime/Allocator.h"
 #include "runtime/Device.h"
+#include "runtime/Stream.h"
 
 #include <ATen/core/Generator.h>
 #include <c10/core/DeviceGuard.h>
@@ -84,12 +85,14 @@ class CpuRedispatch {
   const at::Tensor* written_original(const at::Tensor& cpu_result) const;
   at::Tensor to_device(const at::Tensor& cpu);
 
-  // Everything that must hold while the CPU kernel runs, which is the device work
-  // of the op `name` (recorded for the profiler).
+  // Everything that must hold while the CPU kernel runs on the calling thread, which is
+  // the device work of the op `name` (recorded for the profiler).
   class Scope {
    public:
     Scope(c10::DeviceIndex device, const char* name)
-        : route_(device), activity_(profiler::ActivityKind::kKernel, name, device) {
+        : queued_work_done_(device),
+          route_(device),
+          activity_(profiler::ActivityKind::kKernel, name, device) {
       // Ops almost always run on the current device: the guard's virtual calls are
       // then skipped.
       if (device != current_device()) {
@@ -98,6 +101,13 @@ class CpuRedispatch {
     }
 
    private:
+    // First, so the kernel and its activity start once the work queued on the device's
+    // current stream is complete.
+    struct QueuedWorkDone {
+      explicit QueuedWorkDone(c10::DeviceIndex device) {
+        synchronize_current_stream(device);
+      }
+    } queued_work_done_;
     c10::OptionalDeviceGuard device_guard_;
     RouteCpuAllocationsTo route_;
     profiler::ActivityScope activity_;

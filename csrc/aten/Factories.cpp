@@ -3,9 +3,12 @@
 #include "aten/Tensor.h"
 #include "profiler/DeviceActivity.h"
 #include "runtime/Device.h"
+#include "runtime/HostAllocator.h"
+#include "runtime/Launch.h"
 #include "runtime/Stream.h"
 
 #include <ATen/EmptyTensor.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/native/Resize.h>
 #include <torch/library.h>
 
@@ -74,7 +77,10 @@ const char* copy_name(const at::Tensor& self, const at::Tensor& dst) {
 
 // copy_ lands here when either side is a vdev tensor: both sides are host memory,
 // so ATen's CPU copy (dtype conversion, broadcasting, any strides) runs on aliases.
-// It runs now even with non_blocking=True, which is therefore always safe.
+// As on CUDA, a copy between two tensors of one device, and a non_blocking copy
+// between a device and pinned host memory, are queued on the device's current stream
+// (the host goes on; reading the destination needs a synchronization); any other copy
+// waits for that stream and is complete when it returns.
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   lazy_init();
   for (const at::Tensor* tensor : {&self, &dst}) {
@@ -82,22 +88,39 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
         is_vdev(*tensor) || tensor->device().is_cpu(), "Copying between ", self.device(),
         " and ", dst.device(), " is not supported by ", kBackendName);
   }
-  {
-    profiler::ActivityScope activity(
-        profiler::ActivityKind::kMemcpy, copy_name(self, dst),
-        (is_vdev(dst) ? dst : self).device().index(), dst.nbytes());
-    // Aliases made by one call: ATen's copy then sees whether source and destination
-    // share memory (and refuses a partial overlap, as on CPU and CUDA).
-    CpuRedispatch call(at::_ops::copy_::name);
-    at::Tensor cpu_dst = call.alias(dst);
-    cpu_dst.copy_(call.alias(self), non_blocking);
+  const at::Tensor& device_side = is_vdev(dst) ? dst : self;
+  const at::Tensor& other_side = is_vdev(dst) ? self : dst;
+  const c10::DeviceIndex device = device_side.device().index();
+  const char* name = copy_name(self, dst);
+  // Aliases made by one call: ATen's copy then sees whether source and destination
+  // share memory (and refuses a partial overlap, as on CPU and CUDA).
+  CpuRedispatch call(at::_ops::copy_::name);
+  at::Tensor cpu_dst = call.alias(dst);
+  const bool queued = is_vdev(other_side)
+      ? other_side.device() == device_side.device()
+      : non_blocking && is_pinned_pointer(other_side.data_ptr());
+  if (queued) {
+    // The checks ATen's copy makes, made now so that they raise at the call.
+    at::assert_no_internal_overlap(cpu_dst);
+    at::assert_no_partial_overlap(cpu_dst, call.alias(self));
+    // The kernel holds CPU aliases of its own, and so the memory of both sides, until
+    // it has run; its profiler activity is the copy on the stream.
+    launch(
+        current_stream(device), "aten::copy_",
+        [cpu_dst = as_cpu(dst), cpu_src = as_cpu(self), name, device]() mutable {
+          profiler::ActivityScope activity(
+              profiler::ActivityKind::kMemcpy, name, device, cpu_dst.nbytes());
+          at::_ops::copy_::redispatch(
+              c10::DispatchKeySet(c10::DispatchKey::CPU), cpu_dst, cpu_src, false);
+        });
+    return dst;
   }
-  if (!non_blocking && is_vdev(self) != is_vdev(dst)) {
-    // As with CUDA, a blocking copy between host and device synchronizes the host
-    // with the device's current stream.
-    const at::Tensor& device_side = is_vdev(dst) ? dst : self;
-    observe_current_stream(device_side.device().index());
+  synchronize_current_stream(device);
+  if (is_vdev(other_side)) {
+    synchronize_current_stream(other_side.device().index());
   }
+  profiler::ActivityScope activity(profiler::ActivityKind::kMemcpy, name, device, dst.nbytes());
+  cpu_dst.copy_(call.alias(self), non_blocking);
   return dst;
 }
 
@@ -111,19 +134,16 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
 // it, as on CPU), so it runs on the vdev tensor itself: no alias, no second dispatch.
 c10::Scalar local_scalar_dense(const at::Tensor& self) {
   lazy_init();
-  c10::Scalar value;
-  {
-    profiler::ActivityScope activity(
-        profiler::ActivityKind::kMemcpy, "Memcpy DtoH (Device -> Host)", self.device().index(),
-        static_cast<int64_t>(self.element_size()));
-    value = at::native::_local_scalar_dense_cpu(self);
-  }
-  observe_current_stream(self.device().index());
-  return value;
+  synchronize_current_stream(self.device().index());
+  profiler::ActivityScope activity(
+      profiler::ActivityKind::kMemcpy, "Memcpy DtoH (Device -> Host)", self.device().index(),
+      static_cast<int64_t>(self.element_size()));
+  return at::native::_local_scalar_dense_cpu(self);
 }
 
 at::Tensor& fill_scalar(at::Tensor& self, const c10::Scalar& value) {
   lazy_init();
+  synchronize_current_stream(self.device().index());
   // Filling with zeros is a memset on CUDA too (cudaMemsetAsync), other values a kernel.
   const bool memset = profiler::recording() && value.equal(0) && self.is_contiguous();
   profiler::ActivityScope activity(

@@ -54,7 +54,7 @@ struct VdevProfilerStubs final : public torch::profiler::impl::ProfilerStubs {
   }
 
   void synchronize() const override {
-    observe_device(current_device());
+    synchronize_device(current_device());
   }
 };
 

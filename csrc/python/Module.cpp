@@ -12,6 +12,7 @@
 #include "runtime/Device.h"
 #include "runtime/Generator.h"
 #include "runtime/HostAllocator.h"
+#include "runtime/Launch.h"
 #include "runtime/Stream.h"
 
 #include <torch/csrc/Dtype.h>
@@ -22,6 +23,9 @@
 #include <torch/csrc/Generator.h>
 #include <torch/csrc/utils/device_lazy_init.h>
 #include <torch/csrc/utils/pybind.h>
+
+#include <chrono>
+#include <thread>
 
 namespace py = pybind11;
 
@@ -104,7 +108,25 @@ PYBIND11_MODULE(_C, m) {
   m.def("check_device_index", [](int index) { vdev::check_device_index(to_index(index)); });
   m.def("synchronize", [](int index) {
     vdev::lazy_init();
-    vdev::observe_device(to_index(index));
+    py::gil_scoped_release no_gil;  // the streams' work never needs the GIL
+    vdev::synchronize_device(to_index(index));
+  });
+  // torch.cuda._sleep's counterpart: a kernel that keeps the current stream busy, so
+  // tests can observe work still queued.
+  m.def("_sleep", [](double milliseconds) {
+    vdev::lazy_init();
+    const c10::DeviceIndex device = vdev::current_device();
+    vdev::launch(vdev::current_stream(device), "vdev::_sleep", [milliseconds] {
+      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(milliseconds));
+    });
+  });
+  // A kernel that fails on the current stream with `message` (as an index out of range
+  // would): tests of how queued failures surface.
+  m.def("_fail_in_kernel", [](const std::string& message) {
+    vdev::lazy_init();
+    vdev::launch(vdev::current_stream(vdev::current_device()), "vdev::_fail_in_kernel", [message] {
+      TORCH_CHECK_INDEX(false, message);
+    });
   });
   m.def("memory_capacity", [](int index) { return vdev::memory_capacity(to_index(index)); });
   m.def("default_generators", [] {

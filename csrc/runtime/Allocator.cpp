@@ -3,6 +3,7 @@
 #include "profiler/MemoryEvents.h"
 #include "runtime/AllocatorConfig.h"
 #include "runtime/Device.h"
+#include "runtime/RuntimeError.h"
 #include "runtime/Stream.h"
 
 #include <c10/core/CPUAllocator.h>
@@ -31,7 +32,6 @@ using c10::CachingAllocator::StatArray;
 using c10::CachingAllocator::StatType;
 using c10::CachingDeviceAllocator::DeviceStats;
 
-constexpr size_t kAlignment = 64;
 constexpr size_t kSmallBlockGranularity = 512;
 // Sizes below this are served from the small pool (as CUDA's 1 MiB split).
 constexpr size_t kSmallPoolLimit = 1 << 20;
@@ -111,24 +111,20 @@ std::string format_bytes(size_t nbytes) {
   return out.str();
 }
 
-size_t physical_memory_bytes() {
-  long pages = sysconf(_SC_PHYS_PAGES);
-  long page_size = sysconf(_SC_PAGE_SIZE);
-  return pages > 0 && page_size > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page_size)
-                                    : SIZE_MAX;
+// Capacity and free bytes as the runtime counts them: it holds every segment.
+std::pair<size_t, size_t> runtime_memory_info(c10::DeviceIndex device) {
+  size_t free_bytes = 0;
+  size_t total_bytes = 0;
+  check_runtime(vdrtMemGetInfo(device, &free_bytes, &total_bytes), "vdrtMemGetInfo");
+  return {free_bytes, total_bytes};
 }
 
-size_t read_capacity() {
-  const char* text = std::getenv("VDEV_MEMORY_LIMIT");
-  if (text == nullptr || *text == '\0') {
-    return physical_memory_bytes();
+// Segments are returned to the runtime outside the pools' lock: vdrtFree first waits
+// for the device's streams, whose kernels free memory (taking the lock) as they end.
+void free_segments(const std::vector<void*>& segments) {
+  for (void* segment : segments) {
+    check_runtime(vdrtFree(segment), "vdrtFree");
   }
-  char* end = nullptr;
-  unsigned long long value = std::strtoull(text, &end, 10);
-  TORCH_CHECK(
-      *end == '\0' && text[0] != '-',
-      "VDEV_MEMORY_LIMIT='", text, "' is not a whole number of bytes");
-  return static_cast<size_t>(value);
 }
 
 void free_device_block(void* ptr);
@@ -191,7 +187,10 @@ struct DevicePool {
 
 class Pools {
  public:
-  Pools() : capacity_(read_capacity()), devices_(std::max<c10::DeviceIndex>(device_count(), 1)) {}
+  // Every device has the runtime's one capacity (VDEV_MEMORY_LIMIT).
+  Pools()
+      : capacity_(device_count() > 0 ? runtime_memory_info(0).second : 0),
+        devices_(std::max<c10::DeviceIndex>(device_count(), 1)) {}
 
   c10::DataPtr allocate(c10::DeviceIndex device, size_t nbytes, c10::Device reported) {
     check_device_index(device);
@@ -202,12 +201,12 @@ class Pools {
     const size_t size = round_block_size(nbytes);
     const bool small = size < kSmallPoolLimit;
     const c10::StreamId stream = current_stream_id(device);
-    std::lock_guard<SpinLock> lock(lock_);
+    std::unique_lock<SpinLock> lock(lock_);
     DevicePool& pool = devices_[device];
     reclaim_pending(pool, /*all=*/false);
     Block* block = take_cached(pool, stream, size);
     if (block == nullptr) {
-      void* ptr = allocate_segment(device, stream, pool, size, nbytes);
+      void* ptr = allocate_segment(device, stream, pool, size, nbytes, lock);
       block = blocks_.emplace(ptr, std::make_unique<Block>(Block{ptr, size, nbytes, device, stream, true, {}}))
                   .first->second.get();
       if (!small && is_oversize(size)) {
@@ -284,21 +283,18 @@ class Pools {
     return blocks_.count(const_cast<void*>(ptr)) != 0;
   }
 
-  c10::DeviceIndex device_of(const void* ptr) {
-    std::lock_guard<SpinLock> lock(lock_);
-    auto it = blocks_.find(const_cast<void*>(ptr));
-    TORCH_CHECK(it != blocks_.end(), "Pointer ", ptr, " is not ", kBackendName, " device memory");
-    return it->second->device;
-  }
-
-  // Like CUDA's, emptying the cache first waits for the streams of freed blocks, which
-  // for vdev have done their work already.
+  // Like CUDA's, emptying the cache waits for the streams of freed blocks (vdrtFree
+  // waits for the device's streams).
   void empty_cache() {
-    std::lock_guard<SpinLock> lock(lock_);
-    for (auto& pool : devices_) {
-      reclaim_pending(pool, /*all=*/true);
-      release_cached(pool);
+    std::vector<void*> segments;
+    {
+      std::lock_guard<SpinLock> lock(lock_);
+      for (auto& pool : devices_) {
+        reclaim_pending(pool, /*all=*/true);
+        release_cached(pool, segments);
+      }
     }
+    free_segments(segments);
   }
 
   DeviceStats stats(c10::DeviceIndex device) {
@@ -353,12 +349,6 @@ class Pools {
     return states;
   }
 
-  size_t reserved(c10::DeviceIndex device) {
-    check_device_index(device);
-    std::lock_guard<SpinLock> lock(lock_);
-    return static_cast<size_t>(
-        devices_[device].stats.reserved_bytes[static_cast<size_t>(StatType::AGGREGATE)].current);
-  }
 
  private:
   static StreamCache& stream_cache(DevicePool& pool, c10::StreamId stream) {
@@ -411,25 +401,34 @@ class Pools {
 
   void* allocate_segment(
       c10::DeviceIndex device, c10::StreamId stream, DevicePool& pool, size_t size,
-      size_t requested) {
+      size_t requested, std::unique_lock<SpinLock>& lock) {
     auto reserved_bytes = [&pool] { return current(pool.stats.reserved_bytes); };
+    std::vector<void*> released;
     const double gc_threshold =
         allocator_config().garbage_collection_threshold.load(std::memory_order_relaxed);
     if (gc_threshold > 0) {
       // Give cached blocks back rather than reserve past the threshold.
       const auto limit = static_cast<size_t>(gc_threshold * static_cast<double>(capacity_));
       if (reserved_bytes() + size > limit && pool.cached_blocks > 0) {
-        release_cached(pool, limit > size ? limit - size : 0);
+        release_cached(pool, released, limit > size ? limit - size : 0);
       }
     }
     if (reserved_bytes() + size > capacity_ && (pool.cached_blocks > 0 || !pool.pending.empty())) {
       // As CUDA's allocator, wait for the streams of freed blocks and free the cache.
       pool.stats.num_alloc_retries += 1;
       reclaim_pending(pool, /*all=*/true);
-      release_cached(pool);
+      release_cached(pool, released);
     }
-    void* ptr = reserved_bytes() + size > capacity_ ? nullptr : std::aligned_alloc(kAlignment, size);
-    if (ptr == nullptr) {
+    if (!released.empty()) {
+      lock.unlock();
+      free_segments(released);
+      lock.lock();
+    }
+    void* ptr = nullptr;
+    vdrtError_t status = reserved_bytes() + size > capacity_ ? vdrtErrorMemoryAllocation
+                                                            : vdrtMalloc(device, &ptr, size);
+    if (status == vdrtErrorMemoryAllocation) {
+      vdrtGetLastError();
       pool.stats.num_ooms += 1;
       observe(pool.stats, profiler::MemoryAction::kOom, device, nullptr, size, stream);
       const size_t reserved = reserved_bytes();
@@ -448,6 +447,7 @@ class Pools {
           "torch.vdev.memory._dump_snapshot() with torch.cuda._memory_viz "
           "(https://pytorch.org/memory_viz).");
     }
+    check_runtime(status, "vdrtMalloc");
     update(pool.stats.segment, size < kSmallPoolLimit, 1);
     update(pool.stats.reserved_bytes, size < kSmallPoolLimit, static_cast<int64_t>(size));
     pool.stats.num_device_alloc += 1;
@@ -455,9 +455,9 @@ class Pools {
     return ptr;
   }
 
-  // Frees cached blocks until the pool reserves at most `keep_reserved` bytes (all
-  // of them by default).
-  void release_cached(DevicePool& pool, size_t keep_reserved = 0) {
+  // Takes cached blocks out until the pool reserves at most `keep_reserved` bytes (all
+  // of them by default), for the caller to free once it released the lock.
+  void release_cached(DevicePool& pool, std::vector<void*>& segments, size_t keep_reserved = 0) {
     for (StreamCache& cache : pool.cached) {
       for (auto& [size, blocks] : cache.free_blocks) {
         while (!blocks.empty() && current(pool.stats.reserved_bytes) > keep_reserved) {
@@ -468,7 +468,7 @@ class Pools {
           const bool oversize = block->oversize;
           void* ptr = block->ptr;
           blocks_.erase(ptr);
-          std::free(ptr);
+          segments.push_back(ptr);
           update(pool.stats.segment, size < kSmallPoolLimit, -1);
           update(pool.stats.reserved_bytes, size < kSmallPoolLimit, -static_cast<int64_t>(size));
           if (oversize) {
@@ -616,9 +616,8 @@ void CachingAllocator::resetPeakStats(c10::DeviceIndex device) {
 }
 
 std::pair<size_t, size_t> CachingAllocator::getMemoryInfo(c10::DeviceIndex device) {
-  size_t reserved = pools().reserved(device);
-  size_t capacity = pools().capacity();
-  return {capacity > reserved ? capacity - reserved : 0, capacity};
+  check_device_index(device);
+  return runtime_memory_info(device);
 }
 
 CachingAllocator& caching_allocator() {
@@ -663,7 +662,12 @@ RouteCpuAllocationsTo::~RouteCpuAllocationsTo() {
 }
 
 c10::Device device_of_pointer(const void* ptr) {
-  return make_device(pools().device_of(ptr));
+  vdrtPointerAttributes attributes;
+  check_runtime(vdrtPointerGetAttributes(&attributes, ptr), "vdrtPointerGetAttributes");
+  TORCH_CHECK(
+      attributes.type == vdrtMemoryTypeDevice, "Pointer ", ptr, " is not ", kBackendName,
+      " device memory");
+  return make_device(static_cast<c10::DeviceIndex>(attributes.device));
 }
 
 std::vector<BlockState> memory_blocks() {

@@ -8,9 +8,10 @@
 
 namespace vdev {
 
-// Device memory is 64-byte aligned host RAM, cached per device like CUDA's
-// caching allocator, with the same statistics and an optional capacity
-// (VDEV_MEMORY_LIMIT, bytes) whose overflow raises torch.OutOfMemoryError.
+// Device memory comes from the device runtime (vdrtMalloc: 64-byte aligned host RAM
+// under each device's capacity, VDEV_MEMORY_LIMIT) and is cached per device and stream
+// like CUDA's caching allocator, with the same statistics; running out of capacity
+// raises torch.OutOfMemoryError.
 class VDEV_API CachingAllocator final : public c10::DeviceAllocator {
  public:
   c10::DataPtr allocate(size_t nbytes) override;

@@ -2,38 +2,30 @@
 
 #include "aten/Fallback.h"
 
+#include <vdev_runtime.h>
+
 #include <c10/core/DeviceType.h>
 #include <c10/util/Exception.h>
 
 #include <pthread.h>
 
 #include <atomic>
-#include <cstdlib>
 #include <mutex>
 #include <string>
 
 namespace vdev {
 namespace {
 
-constexpr c10::DeviceIndex kDefaultDeviceCount = 2;
-constexpr long kMaxDeviceCount = 64;
-
 c10::DeviceIndex read_device_count() noexcept {
-  const char* text = std::getenv("VDEV_DEVICE_COUNT");
-  if (text == nullptr || *text == '\0') {
-    return kDefaultDeviceCount;
+  int count = 0;
+  vdrtError_t status = vdrtGetDeviceCount(&count);
+  if (status == vdrtErrorInvalidConfiguration) {
+    // deviceCount() must not throw (DeviceGuardImplInterface contract): the runtime
+    // falls back to its default count, and the problem is a warning.
+    TORCH_WARN(vdrtGetLastErrorMessage());
+    vdrtGetLastError();
   }
-  char* end = nullptr;
-  long value = std::strtol(text, &end, 10);
-  if (*end != '\0' || value < 0 || value > kMaxDeviceCount) {
-    // deviceCount() must not throw (DeviceGuardImplInterface contract), so a bad
-    // setting falls back to the default with a warning instead of an exception.
-    TORCH_WARN(
-        "VDEV_DEVICE_COUNT='", text, "' is not a whole number from 0 to ",
-        kMaxDeviceCount, "; using ", static_cast<int>(kDefaultDeviceCount), " devices");
-    return kDefaultDeviceCount;
-  }
-  return static_cast<c10::DeviceIndex>(value);
+  return static_cast<c10::DeviceIndex>(count);
 }
 
 thread_local c10::DeviceIndex tls_current_device = 0;

@@ -77,17 +77,15 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
     record_event(event, stream, flag);
   }
 
-  void block(void* /*event*/, const c10::Stream& stream) const override {
+  void block(void* event, const c10::Stream& stream) const override {
     lazy_init();
-    // The recorded work is complete, so the stream never has to wait.
-    check_stream(stream);
     profiler::ActivityScope activity("vdevStreamWaitEvent", stream);
+    wait_event(event, stream);
   }
 
   bool queryEvent(void* event) const override {
     lazy_init();
-    observe_event(event);
-    return true;
+    return query_event(event);
   }
 
   void destroyEvent(void* event, const c10::DeviceIndex /*device_index*/) const noexcept override {
@@ -98,7 +96,7 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
     lazy_init();
     profiler::ActivityScope activity(
         profiler::ActivityKind::kRuntime, "vdevEventSynchronize", current_device());
-    observe_event(event);
+    synchronize_event(event);
   }
 
   double elapsedTime(void* start, void* end, const c10::DeviceIndex /*device_index*/)
@@ -109,19 +107,18 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
 
   bool queryStream(const c10::Stream& stream) const override {
     lazy_init();
-    observe_stream(stream);
-    return true;
+    return query_stream(stream);
   }
 
   void synchronizeStream(const c10::Stream& stream) const override {
     lazy_init();
     profiler::ActivityScope activity("vdevStreamSynchronize", stream);
-    observe_stream(stream);
+    synchronize_stream(stream);
   }
 
   void synchronizeDevice(const c10::DeviceIndex device_index) const override {
     lazy_init();
-    observe_device(resolve_device_index(device_index));
+    synchronize_device(resolve_device_index(device_index));
   }
 
   void recordDataPtrOnStream(const c10::DataPtr& data_ptr, const c10::Stream& stream)

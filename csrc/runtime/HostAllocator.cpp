@@ -1,68 +1,74 @@
 #include "runtime/HostAllocator.h"
 
 #include "runtime/Device.h"
+#include "runtime/RuntimeError.h"
 #include "runtime/Stream.h"
 
 #include <c10/util/Exception.h>
 
-#include <unistd.h>
-
-#include <cstdlib>
 #include <cstring>
-#include <map>
-#include <mutex>
+#include <utility>
 
 namespace vdev {
 namespace {
 
-// vdev copies run when submitted, non_blocking ones included, so by the time a stream
-// could be recorded on a pinned block its copies are over: the event is complete.
-struct CompletedEvent {};
-
-class PinnedMemory final
-    : public at::CachingHostAllocatorImpl<c10::Stream, CompletedEvent> {
+// A runtime event recorded on a stream that used a pinned block: the block is reused
+// once the stream's work up to the block's free is complete.
+class StreamEvent {
  public:
-  bool contains(const void* ptr) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = blocks_.upper_bound(static_cast<const char*>(ptr));
-    if (it == blocks_.begin()) {
-      return false;
+  explicit StreamEvent(const c10::Stream& stream) {
+    check_runtime(vdrtEventCreate(&handle_, vdrtEventDisableTiming), "vdrtEventCreate");
+    check_runtime(vdrtEventRecord(handle_, runtime_stream(stream)), "vdrtEventRecord");
+  }
+  StreamEvent(StreamEvent&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
+  StreamEvent& operator=(StreamEvent&& other) noexcept {
+    std::swap(handle_, other.handle_);
+    return *this;
+  }
+  StreamEvent(const StreamEvent&) = delete;
+  StreamEvent& operator=(const StreamEvent&) = delete;
+  ~StreamEvent() {
+    if (handle_ != nullptr) {
+      vdrtEventDestroy(handle_);
     }
-    --it;
-    return static_cast<const char*>(ptr) < it->first + it->second;
   }
 
+  bool complete() const {
+    return vdrtEventQuery(handle_) == vdrtSuccess;
+  }
+
+ private:
+  vdrtEvent_t handle_ = nullptr;
+};
+
+class PinnedMemory final : public at::CachingHostAllocatorImpl<c10::Stream, StreamEvent> {
+ public:
   void copy_data(void* dest, const void* src, std::size_t count) const override {
     std::memcpy(dest, src, count);
   }
 
  private:
   void allocate_host_memory(size_t size, void** ptr) override {
-    static const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-    // Page-locked memory is made of whole pages.
-    *ptr = std::aligned_alloc(page, (size + page - 1) / page * page);
-    TORCH_CHECK_WITH(
-        OutOfMemoryError, *ptr != nullptr, "Failed to allocate ", size,
-        " bytes of pinned host memory");
-    std::lock_guard<std::mutex> lock(mutex_);
-    blocks_.emplace(static_cast<const char*>(*ptr), size);
+    vdrtError_t status = vdrtMallocHost(ptr, size);
+    if (status == vdrtErrorMemoryAllocation) {
+      vdrtGetLastError();
+      TORCH_CHECK_WITH(
+          OutOfMemoryError, false, "Failed to allocate ", size, " bytes of pinned host memory");
+    }
+    check_runtime(status, "vdrtMallocHost");
   }
 
   void free_block(at::HostBlock<c10::Stream>* block) override {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      blocks_.erase(static_cast<const char*>(block->ptr_));
-    }
-    std::free(block->ptr_);
+    check_runtime(vdrtFreeHost(block->ptr_), "vdrtFreeHost");
   }
 
-  void record_stream(std::optional<std::vector<CompletedEvent>>& events, c10::Stream stream)
+  void record_stream(std::optional<std::vector<StreamEvent>>& events, c10::Stream stream)
       override {
-    events->emplace_back();
+    events->emplace_back(stream);
   }
 
-  bool query_event(CompletedEvent& event) override {
-    return true;
+  bool query_event(StreamEvent& event) override {
+    return event.complete();
   }
 
   c10::Stream get_current_stream() const override {
@@ -72,20 +78,11 @@ class PinnedMemory final
   bool stream_is_capturing(c10::Stream stream) const override {
     return false;
   }
-
-  std::mutex mutex_;
-  std::map<const char*, size_t> blocks_;  // every pinned block, in use or cached
 };
 
 void free_pinned(void* block);
 
-class PinnedHostAllocator final
-    : public at::CachingHostAllocatorInterface<PinnedMemory, &free_pinned> {
- public:
-  bool contains(const void* ptr) {
-    return impl_->contains(ptr);
-  }
-};
+using PinnedHostAllocator = at::CachingHostAllocatorInterface<PinnedMemory, &free_pinned>;
 
 PinnedHostAllocator& instance() {
   // Leaked on purpose: pinned tensors may be freed during static destruction.
@@ -104,7 +101,9 @@ at::HostAllocator* pinned_host_allocator() {
 }
 
 bool is_pinned_pointer(const void* ptr) {
-  return ptr != nullptr && instance().contains(ptr);
+  vdrtPointerAttributes attributes;
+  check_runtime(vdrtPointerGetAttributes(&attributes, ptr), "vdrtPointerGetAttributes");
+  return attributes.type == vdrtMemoryTypeHost;
 }
 
 REGISTER_HOST_ALLOCATOR(kDeviceType, &instance())

@@ -6,10 +6,11 @@
 
 namespace vdev {
 
-// Pinned ("page-locked") host memory, cached like CUDA's pinned memory by ATen's
-// CachingHostAllocator and registered as vdev's host allocator. vdev's device memory
-// is host RAM already, so pinning changes no copy speed; what it keeps is CUDA's
-// behaviour: pin_memory(), is_pinned(), caching, statistics and empty_host_cache().
+// Pinned ("page-locked") host memory from the device runtime (vdrtMallocHost), cached
+// like CUDA's pinned memory by ATen's CachingHostAllocator and registered as vdev's
+// host allocator: pin_memory(), is_pinned(), caching, statistics, empty_host_cache().
+// A block used by streams (record_stream) is reused once runtime events recorded on
+// them at its free complete.
 VDEV_API at::HostAllocator* pinned_host_allocator();
 
 // True for any address inside a pinned block (views of pinned tensors are pinned too).

@@ -2,10 +2,10 @@
 
 #include "profiler/DeviceActivity.h"
 #include "runtime/Device.h"
+#include "runtime/RuntimeError.h"
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <vector>
 
 namespace vdev {
@@ -36,10 +36,11 @@ std::vector<c10::StreamId>& thread_current_streams() {
 }
 
 // Positions count the points marked in a stream; `observed` is the last position the
-// host saw the stream get past.
+// host saw the stream get past. `handle` is the runtime's stream, made at first use.
 struct StreamProgress {
   std::atomic<uint64_t> marked{0};
   std::atomic<uint64_t> observed{0};
+  std::atomic<vdrtStream_t> handle{nullptr};
 };
 
 // Unchecked: for a device of an existing tensor and a stream id this runtime handed out.
@@ -61,13 +62,47 @@ void raise_to(std::atomic<uint64_t>& value, uint64_t target) {
   }
 }
 
+vdrtStream_t runtime_stream_at(c10::DeviceIndex device, c10::StreamId id) {
+  std::atomic<vdrtStream_t>& handle = progress_at(device, id).handle;
+  vdrtStream_t stream = handle.load(std::memory_order_acquire);
+  if (C10_LIKELY(stream != nullptr)) {
+    return stream;
+  }
+  vdrtStream_t created = nullptr;
+  if (id == 0) {
+    check_runtime(vdrtDeviceGetDefaultStream(device, &created), "vdrtDeviceGetDefaultStream");
+  } else {
+    const int priority = -static_cast<int>((id - 1) / kPoolSize);
+    check_runtime(vdrtStreamCreate(device, &created, priority), "vdrtStreamCreate");
+  }
+  if (!handle.compare_exchange_strong(stream, created, std::memory_order_acq_rel)) {
+    // Another thread made it first; pool streams live as long as the process.
+    if (id != 0) {
+      vdrtStreamDestroy(created);
+    }
+    return stream;
+  }
+  return created;
+}
+
+// A c10 event: the runtime's event, made at the first record, and the stream point
+// its last record marked.
 struct Event {
   c10::DeviceIndex device;
   bool timing_enabled;
-  bool recorded = false;
+  vdrtEvent_t handle = nullptr;
   c10::StreamId stream = 0;
   uint64_t point = 0;
-  std::chrono::steady_clock::time_point time{};
+
+  ~Event() {
+    if (handle != nullptr) {
+      vdrtEventDestroy(handle);
+    }
+  }
+
+  StreamProgress& progress() const {
+    return progress_at(device, stream);
+  }
 };
 
 } // namespace
@@ -127,21 +162,49 @@ bool stream_passed(const c10::Stream& stream, uint64_t point) {
   return progress_of(stream).observed.load() >= point;
 }
 
-void observe_stream(const c10::Stream& stream) {
-  StreamProgress& progress = progress_of(stream);
-  raise_to(progress.observed, progress.marked.load());
+vdrtStream_t runtime_stream(const c10::Stream& stream) {
+  return runtime_stream_at(stream.device_index(), stream.id());
 }
 
-void observe_current_stream(c10::DeviceIndex device) {
-  StreamProgress& progress = progress_at(device, current_stream_id(device));
-  raise_to(progress.observed, progress.marked.load());
+void synchronize_stream(const c10::Stream& stream) {
+  check_stream(stream);
+  StreamProgress& progress = progress_at(stream.device_index(), stream.id());
+  const uint64_t reached = progress.marked.load();
+  check_runtime(vdrtStreamSynchronize(runtime_stream(stream)), "vdrtStreamSynchronize");
+  raise_to(progress.observed, reached);
 }
 
-void observe_device(c10::DeviceIndex device) {
+bool query_stream(const c10::Stream& stream) {
+  check_stream(stream);
+  StreamProgress& progress = progress_at(stream.device_index(), stream.id());
+  const uint64_t reached = progress.marked.load();
+  vdrtError_t status = vdrtStreamQuery(runtime_stream(stream));
+  if (status == vdrtErrorNotReady) {
+    return false;
+  }
+  check_runtime(status, "vdrtStreamQuery");
+  raise_to(progress.observed, reached);
+  return true;
+}
+
+void synchronize_current_stream(c10::DeviceIndex device) {
+  const c10::StreamId id = current_stream_id(device);
+  StreamProgress& progress = progress_at(device, id);
+  const uint64_t reached = progress.marked.load();
+  check_runtime(vdrtStreamSynchronize(runtime_stream_at(device, id)), "vdrtStreamSynchronize");
+  raise_to(progress.observed, reached);
+}
+
+void synchronize_device(c10::DeviceIndex device) {
   check_device_index(device);
   profiler::ActivityScope activity(profiler::ActivityKind::kRuntime, "vdevDeviceSynchronize", device);
+  std::vector<uint64_t> reached(kStreamsPerDevice);
   for (c10::StreamId id = 0; id < kStreamsPerDevice; ++id) {
-    observe_stream(c10::Stream(c10::Stream::UNSAFE, make_device(device), id));
+    reached[id] = progress_at(device, id).marked.load();
+  }
+  check_runtime(vdrtDeviceSynchronize(device), "vdrtDeviceSynchronize");
+  for (c10::StreamId id = 0; id < kStreamsPerDevice; ++id) {
+    raise_to(progress_at(device, id).observed, reached[id]);
   }
 }
 
@@ -154,37 +217,71 @@ void record_event(void** event, const c10::Stream& stream, c10::EventFlag flag) 
   TORCH_CHECK(
       state->device == stream.device_index(), "Event was created on ", kBackendName, ":",
       static_cast<int>(state->device), " but is recorded on a stream of ", stream.device());
-  state->recorded = true;
+  if (state->handle == nullptr) {
+    check_runtime(
+        vdrtEventCreate(
+            &state->handle, state->timing_enabled ? vdrtEventDefault : vdrtEventDisableTiming),
+        "vdrtEventCreate");
+  }
   state->stream = stream.id();
   state->point = mark_stream_point(stream);
-  state->time = std::chrono::steady_clock::now();
+  check_runtime(vdrtEventRecord(state->handle, runtime_stream(stream)), "vdrtEventRecord");
 }
 
 void destroy_event(void* event) noexcept {
   delete static_cast<Event*>(event);
 }
 
-void observe_event(void* event) {
+bool query_event(void* event) {
   const auto* state = static_cast<const Event*>(event);
-  if (state == nullptr || !state->recorded) {
+  if (state == nullptr || state->handle == nullptr) {
+    return true;
+  }
+  vdrtError_t status = vdrtEventQuery(state->handle);
+  if (status == vdrtErrorNotReady) {
+    return false;
+  }
+  check_runtime(status, "vdrtEventQuery");
+  raise_to(state->progress().observed, state->point);
+  return true;
+}
+
+void synchronize_event(void* event) {
+  const auto* state = static_cast<const Event*>(event);
+  if (state == nullptr || state->handle == nullptr) {
     return;
   }
-  raise_to(
-      progress_of(c10::Stream(c10::Stream::UNSAFE, make_device(state->device), state->stream))
-          .observed,
-      state->point);
+  check_runtime(vdrtEventSynchronize(state->handle), "vdrtEventSynchronize");
+  raise_to(state->progress().observed, state->point);
+}
+
+void wait_event(void* event, const c10::Stream& stream) {
+  check_stream(stream);
+  const auto* state = static_cast<const Event*>(event);
+  if (state == nullptr || state->handle == nullptr) {
+    return;  // never recorded: nothing to wait for
+  }
+  check_runtime(vdrtStreamWaitEvent(runtime_stream(stream), state->handle), "vdrtStreamWaitEvent");
 }
 
 double elapsed_milliseconds(void* start, void* end) {
   auto* first = static_cast<Event*>(start);
   auto* second = static_cast<Event*>(end);
   TORCH_CHECK(
-      first != nullptr && second != nullptr && first->recorded && second->recorded,
+      first != nullptr && second != nullptr && first->handle != nullptr &&
+          second->handle != nullptr,
       "Both events must be recorded before calculating elapsed time.");
   TORCH_CHECK(
       first->timing_enabled && second->timing_enabled,
       "Both events must be created with argument 'enable_timing=True'.");
-  return std::chrono::duration<double, std::milli>(second->time - first->time).count();
+  float milliseconds = 0;
+  vdrtError_t status = vdrtEventElapsedTime(&milliseconds, first->handle, second->handle);
+  TORCH_CHECK(
+      status != vdrtErrorNotReady,
+      "Both events must be complete before calculating elapsed time: synchronize the end "
+      "event (or its stream) first");
+  check_runtime(status, "vdrtEventElapsedTime");
+  return milliseconds;
 }
 
 } // namespace vdev

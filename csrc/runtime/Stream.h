@@ -7,13 +7,15 @@
 
 #include <cstdint>
 
+typedef struct vdrtStream* vdrtStream_t;
+
 namespace vdev {
 
-// Streams are ordered queues of work. vdev runs every kernel synchronously on the
-// calling thread, so a stream's work is complete when submitted; what streams keep is
-// their identity (pools, priorities, the current stream per thread and device) and
-// the host's view of their progress (below), so code written for CUDA streams runs
-// unchanged and the caching allocator can keep CUDA's cross-stream reuse rules.
+// Streams are ordered queues of work. Each c10 stream id of a device maps to a stream
+// of the device runtime (third_party/vdev_runtime), created at first use, whose worker
+// thread runs the stream's work in order. This file adapts them to c10: pools and
+// priorities, the current stream per thread and device, events, and the host's view
+// of stream progress that the caching allocator's cross-stream reuse rules need.
 
 // Priorities follow the range PyTorch exposes for CUDA: 0 is the default and lowest,
 // down to -3, the highest. Other values are clamped into the range.
@@ -32,28 +34,35 @@ VDEV_API c10::Stream exchange_stream(c10::Stream stream);
 VDEV_API int stream_priority(const c10::Stream& stream);
 // Throws unless `stream` is a stream of a vdev device that this runtime hands out.
 VDEV_API void check_stream(const c10::Stream& stream);
+// The device runtime's stream behind a checked c10 stream (created at first use).
+vdrtStream_t runtime_stream(const c10::Stream& stream);
 
-// The host's view of stream progress. Work is done at submission, but, as with CUDA,
-// the host only knows a stream got past a point once it synchronizes with the stream
-// after that point: observe_stream (Stream.synchronize/query, blocking copies between
-// host and device, .item()), observe_device (device synchronize) or an event recorded
-// after the point being queried or synchronized.
+// The host's view of stream progress. As with CUDA, the host only knows a stream got
+// past a point once it synchronized with the stream after that point (stream and device
+// synchronization, a successful query, blocking copies between host and device,
+// .item()), or with an event recorded after the point.
 //
 // A new point in `stream`'s work; returns its position.
 uint64_t mark_stream_point(const c10::Stream& stream);
 // True once the host observed `stream` at or after `point`.
 bool stream_passed(const c10::Stream& stream, uint64_t point);
-VDEV_API void observe_stream(const c10::Stream& stream);
-// observe_stream(current_stream(device)) for the device of an existing tensor.
-void observe_current_stream(c10::DeviceIndex device);
-VDEV_API void observe_device(c10::DeviceIndex device);
 
-// Events mark a point of their stream when recorded; querying or synchronizing one
-// observes its stream up to that point. Work is done at submission, so a recorded
-// event is always complete.
+// Waiting for streams. A kernel's failure on a stream surfaces here as a c10::Error.
+VDEV_API void synchronize_stream(const c10::Stream& stream);
+// True if the stream's work is complete.
+VDEV_API bool query_stream(const c10::Stream& stream);
+// synchronize_stream(current_stream(device)) for the device of an existing tensor.
+void synchronize_current_stream(c10::DeviceIndex device);
+VDEV_API void synchronize_device(c10::DeviceIndex device);
+
+// Events (c10's void* event handles). Recording one queues a marker on the stream; it
+// completes, and is timed, when the stream's worker reaches it.
 void record_event(void** event, const c10::Stream& stream, c10::EventFlag flag);
 void destroy_event(void* event) noexcept;
-void observe_event(void* event);
+bool query_event(void* event);
+void synchronize_event(void* event);
+// Work queued on `stream` after this waits for the event's last record.
+void wait_event(void* event, const c10::Stream& stream);
 double elapsed_milliseconds(void* start, void* end);
 
 } // namespace vdev

@@ -68,6 +68,20 @@ def _drain_autograd_device_threads() -> None:
         _C.drain_autograd_device_threads()
 
 
+def _finish_queued_work() -> None:
+    """Lets work still queued on streams run before the interpreter shuts down (its
+    kernels may hold Python state). A failure nobody synchronized for is dropped, as
+    CUDA's are at exit."""
+    if _C.is_initialized():
+        for index in range(_C.device_count()):
+            try:
+                _C.synchronize(index)
+            except RuntimeError:
+                pass
+
+
 if not hasattr(torch, BACKEND_NAME):
     _register_backend()
+    # atexit runs the last registered first: autograd's threads may queue work.
+    atexit.register(_finish_queued_work)
     atexit.register(_drain_autograd_device_threads)

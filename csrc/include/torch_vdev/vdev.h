@@ -24,8 +24,8 @@ VDEV_API c10::DeviceIndex device_count() noexcept;
 VDEV_API c10::DeviceIndex current_device();
 VDEV_API void set_device(c10::DeviceIndex index);
 
-// Waits for the device's work. vdev kernels run synchronously on the calling
-// thread, so the work is already done; this only validates the device.
+// Waits for the work queued on every stream of the device; a queued kernel's failure
+// is raised here.
 VDEV_API void synchronize(c10::DeviceIndex device = -1);
 
 // Seeds the current device's default generator. (torch::manual_seed seeds CPU and

@@ -166,9 +166,15 @@ class device_of(device):
 
 
 def synchronize(device: Optional[Any] = None) -> None:
-    """Wait for all work on every stream of ``device``. Kernels run when submitted, so
-    the work is done already; the host now knows it (see ``Tensor.record_stream``)."""
+    """Wait for all work queued on every stream of ``device``; an error raised by a
+    queued kernel surfaces here."""
     _C.synchronize(_get_device_index(device, optional=True))
+
+
+def _sleep(milliseconds: float) -> None:
+    """Queue a kernel that keeps the current stream busy for ``milliseconds`` (as
+    ``torch.cuda._sleep`` does for a number of cycles)."""
+    _C._sleep(milliseconds)
 
 
 class _DeviceProperties(NamedTuple):

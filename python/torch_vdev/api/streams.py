@@ -1,9 +1,9 @@
 """Streams and events of vdev, with ``torch.cuda``'s API and semantics.
 
-vdev runs each kernel when it is submitted, so a stream's work is always complete and
-events are complete once recorded. Streams still keep their identity, priority and the
-host's view of their progress, which the caching allocator uses for
-``Tensor.record_stream`` as CUDA's does (see README, "Streams and events").
+Each stream is a stream of vdev's device runtime: an in-order queue of work run by its
+own worker thread while the host goes on. Events complete when the stream reaches them.
+The host's view of stream progress drives ``Tensor.record_stream`` as CUDA's caching
+allocator does (see README, "Streams and events").
 """
 
 from typing import Any, Optional
@@ -93,8 +93,8 @@ class Event(torch.Event):
 
     Args:
         enable_timing: whether ``elapsed_time`` can measure time between events.
-        blocking: accepted for CUDA compatibility; waiting never blocks since work is done
-            when submitted.
+        blocking: accepted for CUDA compatibility (``synchronize`` always waits by blocking
+            the calling thread).
         interprocess: not supported (vdev events are local to a process).
     """
 

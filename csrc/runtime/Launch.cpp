@@ -1,0 +1,44 @@
+#include "runtime/Launch.h"
+
+#include "runtime/RuntimeError.h"
+#include "runtime/Stream.h"
+
+#include <ATen/ThreadLocalState.h>
+
+#include <exception>
+#include <memory>
+#include <string>
+
+namespace vdev {
+namespace {
+
+struct Kernel {
+  const char* op_name;
+  std::function<void()> body;
+  // The launching thread's state (dispatch keys excluded below autograd, inference
+  // mode, ...): the kernel runs as it would have on that thread, as the autograd
+  // engine's threads run their work.
+  at::ThreadLocalState launching_thread;
+};
+
+void run_kernel(void* data) {
+  std::unique_ptr<Kernel> kernel(static_cast<Kernel*>(data));
+  try {
+    at::ThreadLocalStateGuard state(kernel->launching_thread);
+    kernel->body();
+  } catch (const c10::Error& error) {
+    vdrtReportLaunchFailure(
+        (std::string(kernel->op_name) + ": " + error.what_without_backtrace()).c_str());
+  } catch (const std::exception& error) {
+    vdrtReportLaunchFailure((std::string(kernel->op_name) + ": " + error.what()).c_str());
+  }
+}
+
+} // namespace
+
+void launch(const c10::Stream& stream, const char* op_name, std::function<void()> kernel) {
+  auto* queued = new Kernel{op_name, std::move(kernel), at::ThreadLocalState()};
+  check_runtime(vdrtLaunchHostFunc(runtime_stream(stream), &run_kernel, queued), op_name);
+}
+
+} // namespace vdev

@@ -1,0 +1,185 @@
+/* vdev_runtime: the device runtime of the vdev virtual accelerator.
+ *
+ * This library plays the vendor driver's role (as the CUDA runtime does for CUDA): it
+ * knows nothing of PyTorch. Device memory is host RAM handed out under a per-device
+ * capacity; each stream is an in-order queue of work run by its own worker thread, so
+ * work launched on a stream runs asynchronously to the host and concurrently with
+ * other streams. A hardware team replaces this library with its own driver; the
+ * PyTorch integration (csrc/runtime/) is written against this API only.
+ *
+ * Every function returns a vdrtError_t. A failing call also sets this thread's last
+ * error (vdrtGetLastError) and a message with the details (vdrtGetLastErrorMessage).
+ *
+ * Environment:
+ *   VDEV_DEVICE_COUNT     number of devices (default 2, at most 64)
+ *   VDEV_MEMORY_LIMIT     capacity of each device in bytes (default: physical RAM)
+ *   VDEV_LAUNCH_BLOCKING  1: every stream operation completes before its call returns
+ *                         (as CUDA_LAUNCH_BLOCKING), so errors surface at the launch
+ */
+#ifndef VDEV_RUNTIME_H
+#define VDEV_RUNTIME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum vdrtError {
+  vdrtSuccess = 0,
+  vdrtErrorInvalidValue = 1,         /* a null pointer, a bad size or enum, a bad handle */
+  vdrtErrorInvalidDevice = 2,        /* a device index outside 0..count-1 */
+  vdrtErrorMemoryAllocation = 3,     /* out of device (capacity) or host memory */
+  vdrtErrorNotReady = 4,             /* queries: the work is not complete yet */
+  vdrtErrorInvalidConfiguration = 5, /* a VDEV_* environment variable is malformed */
+  vdrtErrorLaunchFailure = 6,        /* a launched host function reported a failure */
+  vdrtErrorInvalidResourceHandle = 7,/* an event that was never recorded */
+  vdrtErrorTimingDisabled = 8,       /* elapsed time of an event created without timing */
+  vdrtErrorWouldDeadlock = 9,        /* a stream's own work waiting for that stream */
+} vdrtError_t;
+
+/* The error's name ("vdrtErrorNotReady") and a one-line description. */
+const char* vdrtGetErrorName(vdrtError_t error);
+const char* vdrtGetErrorString(vdrtError_t error);
+/* This thread's last error; Get resets it to vdrtSuccess, Peek does not. */
+vdrtError_t vdrtGetLastError(void);
+vdrtError_t vdrtPeekAtLastError(void);
+/* Details of this thread's last failing call (for a launch failure, the message the
+ * host function reported); "" if none. Valid until the thread's next failing call. */
+const char* vdrtGetLastErrorMessage(void);
+
+/* ---- devices ---- */
+
+typedef struct vdrtDeviceProp {
+  char name[64];
+  size_t totalGlobalMem;     /* the capacity: VDEV_MEMORY_LIMIT or physical RAM */
+  size_t memoryAlignment;    /* every vdrtMalloc pointer is aligned to this */
+  int multiProcessorCount;   /* host hardware threads */
+  int major, minor;          /* the runtime's version */
+  int streamPriorityLeast;   /* 0 */
+  int streamPriorityGreatest;/* -3 */
+} vdrtDeviceProp;
+
+/* A malformed VDEV_DEVICE_COUNT gives the default count and returns
+ * vdrtErrorInvalidConfiguration (the message says why), so callers can warn. */
+vdrtError_t vdrtGetDeviceCount(int* count);
+vdrtError_t vdrtGetDeviceProperties(vdrtDeviceProp* prop, int device);
+/* Blocks until every stream of `device` has completed its work; returns the first
+ * launch failure on those streams since they were last synchronized. */
+vdrtError_t vdrtDeviceSynchronize(int device);
+
+/* ---- device memory ---- */
+
+/* Allocates `size` bytes of `device`'s memory; vdrtErrorMemoryAllocation past the
+ * capacity. A size of 0 gives NULL. */
+vdrtError_t vdrtMalloc(int device, void** ptr, size_t size);
+/* Frees memory from vdrtMalloc (NULL is a no-op). Like cudaFree, it first waits for
+ * the device's streams, so no queued work still uses the memory. */
+vdrtError_t vdrtFree(void* ptr);
+/* Bytes of `device`'s capacity not allocated, and the capacity. */
+vdrtError_t vdrtMemGetInfo(int device, size_t* free_bytes, size_t* total_bytes);
+
+/* ---- pinned host memory ---- */
+
+/* Page-aligned host memory that streams may copy to and from asynchronously. */
+vdrtError_t vdrtMallocHost(void** ptr, size_t size);
+vdrtError_t vdrtFreeHost(void* ptr);
+
+typedef enum vdrtMemoryType {
+  vdrtMemoryTypeUnregistered = 0, /* ordinary (pageable) host memory */
+  vdrtMemoryTypeHost = 1,         /* pinned host memory */
+  vdrtMemoryTypeDevice = 2,
+} vdrtMemoryType;
+
+typedef struct vdrtPointerAttributes {
+  vdrtMemoryType type;
+  int device;        /* for device memory; -1 otherwise */
+  void* base;        /* start of the allocation holding the pointer (NULL if unregistered) */
+  size_t size;       /* its size */
+} vdrtPointerAttributes;
+
+/* Where any address points: inside device memory, inside pinned memory, or elsewhere. */
+vdrtError_t vdrtPointerGetAttributes(vdrtPointerAttributes* attributes, const void* ptr);
+
+/* ---- streams ---- */
+
+typedef struct vdrtStream* vdrtStream_t;
+typedef struct vdrtEvent* vdrtEvent_t;
+
+/* Each device has a default stream (never destroyed) and any number of created ones.
+ * Lower numbers are higher priorities, from 0 (least) to -3; others are clamped. */
+vdrtError_t vdrtDeviceGetDefaultStream(int device, vdrtStream_t* stream);
+vdrtError_t vdrtStreamCreate(int device, vdrtStream_t* stream, int priority);
+/* Waits for the stream's queued work, then destroys it. */
+vdrtError_t vdrtStreamDestroy(vdrtStream_t stream);
+vdrtError_t vdrtStreamGetPriority(vdrtStream_t stream, int* priority);
+vdrtError_t vdrtStreamGetDevice(vdrtStream_t stream, int* device);
+/* vdrtSuccess if all queued work is complete, else vdrtErrorNotReady. A launch
+ * failure is reported (and cleared) by synchronizing, not by queries. */
+vdrtError_t vdrtStreamQuery(vdrtStream_t stream);
+/* Blocks until the work queued before the call completes. Returns (and clears) the
+ * first launch failure on the stream since its last synchronization. */
+vdrtError_t vdrtStreamSynchronize(vdrtStream_t stream);
+
+/* ---- work on streams ---- */
+
+typedef void (*vdrtHostFn)(void* user_data);
+
+/* Queues fn(user_data) on the stream: it runs on the stream's worker after all work
+ * queued before it, and the call returns at once (with VDEV_LAUNCH_BLOCKING=1, once
+ * fn has run; its failure is then returned as vdrtErrorLaunchFailure). */
+vdrtError_t vdrtLaunchHostFunc(vdrtStream_t stream, vdrtHostFn fn, void* user_data);
+/* Called by a running host function: marks its launch failed with `message`. The
+ * failure surfaces at the stream's next synchronization; later work still runs. Returns
+ * vdrtErrorInvalidValue outside a host function. */
+vdrtError_t vdrtReportLaunchFailure(const char* message);
+
+typedef enum vdrtMemcpyKind {
+  vdrtMemcpyHostToHost = 0,
+  vdrtMemcpyHostToDevice = 1,
+  vdrtMemcpyDeviceToHost = 2,
+  vdrtMemcpyDeviceToDevice = 3,
+} vdrtMemcpyKind;
+
+/* Copies `count` bytes; the device side(s) named by `kind` must lie inside device
+ * memory. The synchronous forms wait for `device`'s default stream, copy on the
+ * calling thread and return when done; the Async forms queue the copy on the stream. */
+vdrtError_t vdrtMemcpy(void* dst, const void* src, size_t count, vdrtMemcpyKind kind);
+vdrtError_t vdrtMemcpyAsync(
+    void* dst, const void* src, size_t count, vdrtMemcpyKind kind, vdrtStream_t stream);
+vdrtError_t vdrtMemset(void* ptr, int value, size_t count);
+vdrtError_t vdrtMemsetAsync(void* ptr, int value, size_t count, vdrtStream_t stream);
+
+/* ---- events ---- */
+
+enum { vdrtEventDefault = 0, vdrtEventDisableTiming = 1 };
+
+vdrtError_t vdrtEventCreate(vdrtEvent_t* event, unsigned flags);
+/* An event may be destroyed while a record of it is still queued. */
+vdrtError_t vdrtEventDestroy(vdrtEvent_t event);
+/* The event completes when the stream's worker reaches this point, and with timing
+ * enabled takes the time then. Recording again replaces the previous point. */
+vdrtError_t vdrtEventRecord(vdrtEvent_t event, vdrtStream_t stream);
+/* vdrtSuccess if the last record completed (or the event was never recorded),
+ * else vdrtErrorNotReady. */
+vdrtError_t vdrtEventQuery(vdrtEvent_t event);
+/* Blocks until the last record completes; reports the recording stream's launch failure. */
+vdrtError_t vdrtEventSynchronize(vdrtEvent_t event);
+/* Milliseconds between two completed records, as timed on their streams. */
+vdrtError_t vdrtEventElapsedTime(float* milliseconds, vdrtEvent_t start, vdrtEvent_t end);
+/* Work queued on `stream` after this call waits for the event's last record (made
+ * before this call) to complete. A never-recorded event is no wait. */
+vdrtError_t vdrtStreamWaitEvent(vdrtStream_t stream, vdrtEvent_t event);
+
+/* ---- launch-blocking switch ---- */
+
+/* Starts from VDEV_LAUNCH_BLOCKING; settable at run time (tests, debuggers). */
+vdrtError_t vdrtSetLaunchBlocking(int blocking);
+int vdrtGetLaunchBlocking(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* VDEV_RUNTIME_H */

@@ -1,0 +1,1039 @@
+// The vdev device runtime (see include/vdev_runtime.h for the contract).
+//
+// Structure: a leaked process-wide Runtime holds the configuration, the map of
+// allocations (device and pinned) and the streams of each device. A stream is a queue
+// of Work items run in order by the stream's worker thread, started at its first
+// asynchronous launch. Everything a stream does (host functions, copies, memsets,
+// event records and waits) goes through submit(), the one place that decides whether
+// work is queued or, under launch blocking, run at once: the point where a capturing
+// stream would record the work instead.
+
+#include "vdev_runtime.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+struct vdrtStream;
+struct vdrtEvent;
+
+namespace {
+
+constexpr int kDefaultDeviceCount = 2;
+constexpr long kMaxDeviceCount = 64;
+constexpr size_t kDeviceAlignment = 64;
+constexpr int kLeastPriority = 0;
+constexpr int kGreatestPriority = -3;
+constexpr int kVersionMajor = 1;
+constexpr int kVersionMinor = 0;
+
+using Clock = std::chrono::steady_clock;
+
+thread_local vdrtError_t tls_last_error = vdrtSuccess;
+thread_local std::string tls_last_message;
+
+vdrtError_t fail(vdrtError_t error, std::string message) {
+  tls_last_error = error;
+  tls_last_message = std::move(message);
+  return error;
+}
+
+vdrtError_t invalid(const char* function, const char* what) {
+  return fail(vdrtErrorInvalidValue, std::string(function) + ": " + what);
+}
+
+size_t physical_memory_bytes() {
+  long pages = sysconf(_SC_PHYS_PAGES);
+  long page_size = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page_size > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page_size)
+                                    : SIZE_MAX;
+}
+
+bool env_flag(const char* name) {
+  const char* text = std::getenv(name);
+  return text != nullptr && std::strcmp(text, "1") == 0;
+}
+
+struct Config {
+  int device_count = kDefaultDeviceCount;
+  std::string device_count_problem;  // empty if VDEV_DEVICE_COUNT is well formed
+  size_t capacity = 0;
+  std::string capacity_problem;      // empty if VDEV_MEMORY_LIMIT is well formed
+
+  Config() {
+    const char* count = std::getenv("VDEV_DEVICE_COUNT");
+    if (count != nullptr && *count != '\0') {
+      char* end = nullptr;
+      long value = std::strtol(count, &end, 10);
+      if (*end != '\0' || value < 0 || value > kMaxDeviceCount) {
+        device_count_problem = std::string("VDEV_DEVICE_COUNT='") + count +
+            "' is not a whole number from 0 to " + std::to_string(kMaxDeviceCount) +
+            "; using " + std::to_string(kDefaultDeviceCount) + " devices";
+      } else {
+        device_count = static_cast<int>(value);
+      }
+    }
+    const char* limit = std::getenv("VDEV_MEMORY_LIMIT");
+    if (limit == nullptr || *limit == '\0') {
+      capacity = physical_memory_bytes();
+    } else {
+      char* end = nullptr;
+      unsigned long long value = std::strtoull(limit, &end, 10);
+      if (*end != '\0' || limit[0] == '-') {
+        capacity_problem =
+            std::string("VDEV_MEMORY_LIMIT='") + limit + "' is not a whole number of bytes";
+      }
+      capacity = static_cast<size_t>(value);
+    }
+  }
+};
+
+struct Allocation {
+  size_t size;
+  int device;  // -1 for pinned host memory
+};
+
+// A record of the event's state, shared with the queued work that completes it, so an
+// event may be destroyed while a record is pending.
+struct EventState {
+  explicit EventState(bool timing) : timing(timing) {}
+
+  const bool timing;
+  std::mutex mutex;
+  std::condition_variable completed_changed;
+  // Records are numbered; `completed` is the highest completed one.
+  uint64_t recorded = 0;
+  uint64_t completed = 0;
+  Clock::time_point time{};
+  std::weak_ptr<vdrtStream> stream;  // of the last record
+
+  void complete(uint64_t record) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (record <= completed) {
+        return;  // a later record completed first: it is the event's point
+      }
+      completed = record;
+      if (timing) {
+        time = Clock::now();
+      }
+    }
+    completed_changed.notify_all();
+  }
+
+  void wait_for(uint64_t record) {
+    std::unique_lock<std::mutex> lock(mutex);
+    completed_changed.wait(lock, [&] { return completed >= record; });
+  }
+};
+
+struct Work {
+  vdrtHostFn fn;
+  void* data;
+};
+
+std::atomic<bool> launch_blocking{env_flag("VDEV_LAUNCH_BLOCKING")};
+
+// The stream whose work this thread runs (worker or launch-blocking caller), and the
+// failure a running host function reported.
+thread_local vdrtStream* tls_running_stream = nullptr;
+thread_local bool tls_work_failed = false;
+thread_local std::string tls_work_failure;
+
+}  // namespace
+
+struct vdrtEvent {
+  std::shared_ptr<EventState> state;
+};
+
+struct vdrtStream : std::enable_shared_from_this<vdrtStream> {
+  static constexpr uint32_t kMagic = 0x76647274;  // "vdrt"
+
+  vdrtStream(int device, int priority) : device(device), priority(priority) {}
+  ~vdrtStream() {
+    magic = 0;
+  }
+
+  // Handles are checked by this tag rather than looked up: the check runs on every launch.
+  uint32_t magic = kMagic;
+  const int device;
+  const int priority;
+
+  std::mutex mutex;  // guards everything below; the atomics change under it too
+  std::condition_variable work_queued;
+  std::condition_variable work_done;
+  std::deque<Work> queue;
+  // Read without the lock by queries and synchronizations of an idle stream, which
+  // the host makes around every operation it runs itself.
+  std::atomic<uint64_t> submitted{0};
+  std::atomic<uint64_t> completed{0};
+  bool stopping = false;
+  std::thread worker;
+  // The first failure since the stream was last synchronized.
+  std::atomic<bool> failed{false};
+  std::string failure;
+  // Held while one work item runs: the worker and launch-blocking callers take turns.
+  std::mutex running;
+
+  void run(const Work& work) {
+    std::lock_guard<std::mutex> turn(running);
+    vdrtStream* outer = tls_running_stream;
+    tls_running_stream = this;
+    tls_work_failed = false;
+    work.fn(work.data);
+    tls_running_stream = outer;
+    if (tls_work_failed) {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (!failed) {
+        failed = true;
+        failure = std::move(tls_work_failure);
+      }
+    }
+  }
+
+  void work_loop() {
+    std::unique_lock<std::mutex> lock(mutex);
+    for (;;) {
+      work_queued.wait(lock, [&] { return !queue.empty() || stopping; });
+      if (queue.empty()) {
+        return;
+      }
+      Work work = queue.front();
+      queue.pop_front();
+      lock.unlock();
+      run(work);
+      lock.lock();
+      completed += 1;
+      work_done.notify_all();
+    }
+  }
+
+  // The one entry point of stream work.
+  vdrtError_t submit(Work work) {
+    if (launch_blocking.load(std::memory_order_relaxed)) {
+      wait_idle();
+      run(work);
+      return take_failure();
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (!worker.joinable()) {
+        worker = std::thread([this] { work_loop(); });
+      }
+      queue.push_back(work);
+      submitted += 1;
+    }
+    work_queued.notify_one();
+    return vdrtSuccess;
+  }
+
+  bool idle() const {
+    // `completed` first: it never exceeds `submitted`, so equal values mean idle.
+    const uint64_t done = completed.load(std::memory_order_acquire);
+    return done == submitted.load(std::memory_order_acquire);
+  }
+
+  void wait_idle() {
+    if (idle()) {
+      return;
+    }
+    std::unique_lock<std::mutex> lock(mutex);
+    const uint64_t target = submitted.load();
+    work_done.wait(lock, [&] { return completed.load() >= target; });
+  }
+
+  vdrtError_t take_failure() {
+    if (!failed.load(std::memory_order_acquire)) {
+      return vdrtSuccess;
+    }
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!failed) {
+      return vdrtSuccess;
+    }
+    failed = false;
+    return fail(vdrtErrorLaunchFailure, std::move(failure));
+  }
+
+  vdrtError_t synchronize() {
+    if (tls_running_stream == this) {
+      return fail(
+          vdrtErrorWouldDeadlock,
+          "a stream's own work cannot wait for that stream to complete");
+    }
+    wait_idle();
+    return take_failure();
+  }
+
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      stopping = true;
+    }
+    work_queued.notify_one();
+    if (worker.joinable()) {
+      worker.join();
+    }
+  }
+};
+
+namespace {
+
+class Runtime {
+ public:
+  const Config config;
+
+  Runtime()
+      : used_(new std::atomic<size_t>[static_cast<size_t>(config.device_count)]()),
+        devices_(new DeviceStreams[static_cast<size_t>(config.device_count)]) {}
+
+  bool valid_device(int device) const {
+    return device >= 0 && device < config.device_count;
+  }
+
+  vdrtError_t check_device(int device, const char* function) const {
+    if (valid_device(device)) {
+      return vdrtSuccess;
+    }
+    return fail(
+        vdrtErrorInvalidDevice,
+        std::string(function) + ": device " + std::to_string(device) + " does not exist (" +
+            std::to_string(config.device_count) + " devices)");
+  }
+
+  vdrtError_t check_capacity_config() const {
+    if (config.capacity_problem.empty()) {
+      return vdrtSuccess;
+    }
+    return fail(vdrtErrorInvalidConfiguration, config.capacity_problem);
+  }
+
+  // ---- allocations ----
+
+  vdrtError_t allocate_device(int device, void** ptr, size_t size) {
+    size_t rounded = (size + kDeviceAlignment - 1) / kDeviceAlignment * kDeviceAlignment;
+    std::atomic<size_t>& used = used_[static_cast<size_t>(device)];
+    size_t before = used.fetch_add(rounded);
+    if (before + rounded > config.capacity || before + rounded < before) {
+      used.fetch_sub(rounded);
+      return fail(
+          vdrtErrorMemoryAllocation,
+          "out of memory allocating " + std::to_string(size) + " bytes on device " +
+              std::to_string(device) + ": " + std::to_string(before) + " of " +
+              std::to_string(config.capacity) + " bytes are allocated");
+    }
+    void* memory = std::aligned_alloc(kDeviceAlignment, rounded);
+    if (memory == nullptr) {
+      used.fetch_sub(rounded);
+      return fail(
+          vdrtErrorMemoryAllocation,
+          "the host could not provide " + std::to_string(size) + " bytes for device " +
+              std::to_string(device));
+    }
+    remember(memory, Allocation{rounded, device});
+    *ptr = memory;
+    return vdrtSuccess;
+  }
+
+  vdrtError_t free_device(void* ptr) {
+    Allocation allocation{};
+    if (!lookup_base(ptr, &allocation) || allocation.device < 0) {
+      return invalid("vdrtFree", "the pointer was not returned by vdrtMalloc");
+    }
+    // Like cudaFree: no queued work may still use the memory.
+    synchronize_device(allocation.device, /*take_failures=*/false);
+    forget(ptr);
+    std::free(ptr);
+    used_[static_cast<size_t>(allocation.device)].fetch_sub(allocation.size);
+    return vdrtSuccess;
+  }
+
+  size_t used(int device) const {
+    return used_[static_cast<size_t>(device)].load();
+  }
+
+  void remember(void* ptr, Allocation allocation) {
+    std::lock_guard<std::mutex> lock(allocations_mutex_);
+    allocations_.emplace(static_cast<const char*>(ptr), allocation);
+  }
+
+  void forget(void* ptr) {
+    std::lock_guard<std::mutex> lock(allocations_mutex_);
+    allocations_.erase(static_cast<const char*>(ptr));
+  }
+
+  bool lookup_base(const void* ptr, Allocation* allocation) {
+    std::lock_guard<std::mutex> lock(allocations_mutex_);
+    auto it = allocations_.find(static_cast<const char*>(ptr));
+    if (it == allocations_.end()) {
+      return false;
+    }
+    *allocation = it->second;
+    return true;
+  }
+
+  // The allocation containing `ptr`, if any.
+  bool lookup(const void* ptr, const char** base, Allocation* allocation) {
+    const char* address = static_cast<const char*>(ptr);
+    std::lock_guard<std::mutex> lock(allocations_mutex_);
+    auto it = allocations_.upper_bound(address);
+    if (it == allocations_.begin()) {
+      return false;
+    }
+    --it;
+    // A zero-size range still contains its own start (ranges are never empty here).
+    if (address >= it->first + it->second.size) {
+      return false;
+    }
+    *base = it->first;
+    *allocation = it->second;
+    return true;
+  }
+
+  // True if [ptr, ptr + count) lies in one allocation of device memory.
+  bool in_device_memory(const void* ptr, size_t count, int* device) {
+    const char* base = nullptr;
+    Allocation allocation{};
+    if (!lookup(ptr, &base, &allocation) || allocation.device < 0) {
+      return false;
+    }
+    const size_t offset = static_cast<size_t>(static_cast<const char*>(ptr) - base);
+    if (count > allocation.size - offset) {
+      return false;
+    }
+    *device = allocation.device;
+    return true;
+  }
+
+  // ---- streams ----
+
+  vdrtStream* default_stream(int device) {
+    DeviceStreams& streams = devices_[static_cast<size_t>(device)];
+    std::call_once(streams.default_created, [&] {
+      streams.default_stream = add_stream(device, kLeastPriority);
+    });
+    return streams.default_stream;
+  }
+
+  vdrtStream* add_stream(int device, int priority) {
+    auto stream = std::make_shared<vdrtStream>(device, priority);
+    std::lock_guard<std::mutex> lock(streams_mutex_);
+    std::call_once(exit_handler_registered_, [] { std::atexit(&Runtime::drain_at_exit); });
+    devices_[static_cast<size_t>(device)].streams.push_back(stream);
+    return stream.get();
+  }
+
+  vdrtError_t destroy_stream(vdrtStream* stream) {
+    if (stream == default_stream(stream->device)) {
+      return invalid("vdrtStreamDestroy", "a device's default stream cannot be destroyed");
+    }
+    if (tls_running_stream == stream) {
+      return fail(vdrtErrorWouldDeadlock, "vdrtStreamDestroy: a stream cannot destroy itself");
+    }
+    stream->wait_idle();
+    stream->stop();
+    std::shared_ptr<vdrtStream> owner;  // destroyed after the lock is released
+    std::lock_guard<std::mutex> lock(streams_mutex_);
+    auto& streams = devices_[static_cast<size_t>(stream->device)].streams;
+    auto it = std::find_if(
+        streams.begin(), streams.end(), [&](const auto& owned) { return owned.get() == stream; });
+    owner = std::move(*it);
+    streams.erase(it);
+    return vdrtSuccess;
+  }
+
+  std::vector<std::shared_ptr<vdrtStream>> streams_of(int device) {
+    std::lock_guard<std::mutex> lock(streams_mutex_);
+    return devices_[static_cast<size_t>(device)].streams;
+  }
+
+  vdrtError_t synchronize_device(int device, bool take_failures) {
+    vdrtError_t first = vdrtSuccess;
+    std::string message;
+    for (const auto& stream : streams_of(device)) {
+      if (stream.get() == tls_running_stream) {
+        return fail(
+            vdrtErrorWouldDeadlock,
+            "a stream's own work cannot wait for its device to complete");
+      }
+      stream->wait_idle();
+      if (take_failures) {
+        vdrtError_t error = stream->take_failure();
+        if (first == vdrtSuccess && error != vdrtSuccess) {
+          first = error;
+          message = tls_last_message;
+        }
+      }
+    }
+    return first == vdrtSuccess ? vdrtSuccess : fail(first, message);
+  }
+
+ private:
+  struct DeviceStreams {
+    std::once_flag default_created;
+    vdrtStream* default_stream = nullptr;
+    std::vector<std::shared_ptr<vdrtStream>> streams;
+  };
+
+  // Work still queued at exit runs to completion before static destructors (of the
+  // libraries it calls into) run.
+  static void drain_at_exit();
+
+  std::unique_ptr<std::atomic<size_t>[]> used_;
+  std::mutex allocations_mutex_;
+  std::map<const char*, Allocation> allocations_;
+  std::mutex streams_mutex_;
+  std::once_flag exit_handler_registered_;
+  std::unique_ptr<DeviceStreams[]> devices_;
+};
+
+Runtime& runtime() {
+  // Leaked on purpose: workers and late frees may outlive static destruction.
+  static Runtime* instance = new Runtime();
+  return *instance;
+}
+
+void Runtime::drain_at_exit() {
+  Runtime& self = runtime();
+  for (int device = 0; device < self.config.device_count; ++device) {
+    for (const auto& stream : self.streams_of(device)) {
+      stream->wait_idle();
+    }
+  }
+}
+
+#define VDRT_CHECK_STREAM(stream, function)                                  \
+  do {                                                                       \
+    if (stream == nullptr || stream->magic != vdrtStream::kMagic) {         \
+      return invalid(function, "not a stream of this runtime");             \
+    }                                                                        \
+  } while (0)
+
+struct CopyWork {
+  void* dst;
+  const void* src;
+  size_t count;
+
+  static void run(void* data) {
+    std::unique_ptr<CopyWork> work(static_cast<CopyWork*>(data));
+    std::memmove(work->dst, work->src, work->count);
+  }
+};
+
+struct SetWork {
+  void* ptr;
+  int value;
+  size_t count;
+
+  static void run(void* data) {
+    std::unique_ptr<SetWork> work(static_cast<SetWork*>(data));
+    std::memset(work->ptr, work->value, work->count);
+  }
+};
+
+struct RecordWork {
+  std::shared_ptr<EventState> event;
+  uint64_t record;
+
+  static void run(void* data) {
+    std::unique_ptr<RecordWork> work(static_cast<RecordWork*>(data));
+    work->event->complete(work->record);
+  }
+};
+
+struct WaitWork {
+  std::shared_ptr<EventState> event;
+  uint64_t record;
+
+  static void run(void* data) {
+    std::unique_ptr<WaitWork> work(static_cast<WaitWork*>(data));
+    work->event->wait_for(work->record);
+  }
+};
+
+// Checks a copy's device sides; sets *device to the device whose default stream a
+// synchronous copy waits for (-1: none).
+vdrtError_t check_copy(
+    const char* function, void* dst, const void* src, size_t count, vdrtMemcpyKind kind,
+    int* device) {
+  *device = -1;
+  if (count == 0) {
+    return vdrtSuccess;
+  }
+  if (dst == nullptr || src == nullptr) {
+    return invalid(function, "null pointer");
+  }
+  int src_device = -1;
+  int dst_device = -1;
+  switch (kind) {
+    case vdrtMemcpyHostToHost:
+      return vdrtSuccess;
+    case vdrtMemcpyHostToDevice:
+      if (!runtime().in_device_memory(dst, count, &dst_device)) {
+        return invalid(function, "the destination range is not inside device memory");
+      }
+      *device = dst_device;
+      return vdrtSuccess;
+    case vdrtMemcpyDeviceToHost:
+      if (!runtime().in_device_memory(src, count, &src_device)) {
+        return invalid(function, "the source range is not inside device memory");
+      }
+      *device = src_device;
+      return vdrtSuccess;
+    case vdrtMemcpyDeviceToDevice:
+      if (!runtime().in_device_memory(src, count, &src_device) ||
+          !runtime().in_device_memory(dst, count, &dst_device)) {
+        return invalid(function, "the source or destination range is not inside device memory");
+      }
+      *device = dst_device;
+      return vdrtSuccess;
+  }
+  return invalid(function, "unknown copy kind");
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* vdrtGetErrorName(vdrtError_t error) {
+  switch (error) {
+    case vdrtSuccess: return "vdrtSuccess";
+    case vdrtErrorInvalidValue: return "vdrtErrorInvalidValue";
+    case vdrtErrorInvalidDevice: return "vdrtErrorInvalidDevice";
+    case vdrtErrorMemoryAllocation: return "vdrtErrorMemoryAllocation";
+    case vdrtErrorNotReady: return "vdrtErrorNotReady";
+    case vdrtErrorInvalidConfiguration: return "vdrtErrorInvalidConfiguration";
+    case vdrtErrorLaunchFailure: return "vdrtErrorLaunchFailure";
+    case vdrtErrorInvalidResourceHandle: return "vdrtErrorInvalidResourceHandle";
+    case vdrtErrorTimingDisabled: return "vdrtErrorTimingDisabled";
+    case vdrtErrorWouldDeadlock: return "vdrtErrorWouldDeadlock";
+  }
+  return "vdrtErrorUnknown";
+}
+
+const char* vdrtGetErrorString(vdrtError_t error) {
+  switch (error) {
+    case vdrtSuccess: return "no error";
+    case vdrtErrorInvalidValue: return "invalid argument";
+    case vdrtErrorInvalidDevice: return "invalid device ordinal";
+    case vdrtErrorMemoryAllocation: return "out of memory";
+    case vdrtErrorNotReady: return "device not ready";
+    case vdrtErrorInvalidConfiguration: return "invalid configuration in the environment";
+    case vdrtErrorLaunchFailure: return "a launched function failed";
+    case vdrtErrorInvalidResourceHandle: return "invalid resource handle";
+    case vdrtErrorTimingDisabled: return "event created without timing";
+    case vdrtErrorWouldDeadlock: return "operation would deadlock";
+  }
+  return "unknown error";
+}
+
+vdrtError_t vdrtGetLastError(void) {
+  vdrtError_t error = tls_last_error;
+  tls_last_error = vdrtSuccess;
+  return error;
+}
+
+vdrtError_t vdrtPeekAtLastError(void) {
+  return tls_last_error;
+}
+
+const char* vdrtGetLastErrorMessage(void) {
+  return tls_last_message.c_str();
+}
+
+vdrtError_t vdrtGetDeviceCount(int* count) {
+  if (count == nullptr) {
+    return invalid("vdrtGetDeviceCount", "null pointer");
+  }
+  const Config& config = runtime().config;
+  *count = config.device_count;
+  if (!config.device_count_problem.empty()) {
+    return fail(vdrtErrorInvalidConfiguration, config.device_count_problem);
+  }
+  return vdrtSuccess;
+}
+
+vdrtError_t vdrtGetDeviceProperties(vdrtDeviceProp* prop, int device) {
+  if (prop == nullptr) {
+    return invalid("vdrtGetDeviceProperties", "null pointer");
+  }
+  Runtime& rt = runtime();
+  if (vdrtError_t error = rt.check_device(device, "vdrtGetDeviceProperties")) {
+    return error;
+  }
+  if (vdrtError_t error = rt.check_capacity_config()) {
+    return error;
+  }
+  std::memset(prop, 0, sizeof(*prop));
+  std::snprintf(prop->name, sizeof(prop->name), "vdev virtual device %d", device);
+  prop->totalGlobalMem = rt.config.capacity;
+  prop->memoryAlignment = kDeviceAlignment;
+  prop->multiProcessorCount = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  prop->major = kVersionMajor;
+  prop->minor = kVersionMinor;
+  prop->streamPriorityLeast = kLeastPriority;
+  prop->streamPriorityGreatest = kGreatestPriority;
+  return vdrtSuccess;
+}
+
+vdrtError_t vdrtDeviceSynchronize(int device) {
+  if (vdrtError_t error = runtime().check_device(device, "vdrtDeviceSynchronize")) {
+    return error;
+  }
+  return runtime().synchronize_device(device, /*take_failures=*/true);
+}
+
+vdrtError_t vdrtMalloc(int device, void** ptr, size_t size) {
+  Runtime& rt = runtime();
+  if (ptr == nullptr) {
+    return invalid("vdrtMalloc", "null pointer");
+  }
+  if (vdrtError_t error = rt.check_device(device, "vdrtMalloc")) {
+    return error;
+  }
+  if (vdrtError_t error = rt.check_capacity_config()) {
+    return error;
+  }
+  if (size == 0) {
+    *ptr = nullptr;
+    return vdrtSuccess;
+  }
+  return rt.allocate_device(device, ptr, size);
+}
+
+vdrtError_t vdrtFree(void* ptr) {
+  return ptr == nullptr ? vdrtSuccess : runtime().free_device(ptr);
+}
+
+vdrtError_t vdrtMemGetInfo(int device, size_t* free_bytes, size_t* total_bytes) {
+  Runtime& rt = runtime();
+  if (free_bytes == nullptr || total_bytes == nullptr) {
+    return invalid("vdrtMemGetInfo", "null pointer");
+  }
+  if (vdrtError_t error = rt.check_device(device, "vdrtMemGetInfo")) {
+    return error;
+  }
+  if (vdrtError_t error = rt.check_capacity_config()) {
+    return error;
+  }
+  const size_t used = rt.used(device);
+  *total_bytes = rt.config.capacity;
+  *free_bytes = rt.config.capacity > used ? rt.config.capacity - used : 0;
+  return vdrtSuccess;
+}
+
+vdrtError_t vdrtMallocHost(void** ptr, size_t size) {
+  if (ptr == nullptr) {
+    return invalid("vdrtMallocHost", "null pointer");
+  }
+  static const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t rounded = std::max<size_t>(1, (size + page - 1) / page) * page;
+  void* memory = std::aligned_alloc(page, rounded);
+  if (memory == nullptr) {
+    return fail(
+        vdrtErrorMemoryAllocation,
+        "failed to allocate " + std::to_string(size) + " bytes of pinned host memory");
+  }
+  runtime().remember(memory, Allocation{rounded, -1});
+  *ptr = memory;
+  return vdrtSuccess;
+}
+
+vdrtError_t vdrtFreeHost(void* ptr) {
+  if (ptr == nullptr) {
+    return vdrtSuccess;
+  }
+  Allocation allocation{};
+  if (!runtime().lookup_base(ptr, &allocation) || allocation.device >= 0) {
+    return invalid("vdrtFreeHost", "the pointer was not returned by vdrtMallocHost");
+  }
+  runtime().forget(ptr);
+  std::free(ptr);
+  return vdrtSuccess;
+}
+
+vdrtError_t vdrtPointerGetAttributes(vdrtPointerAttributes* attributes, const void* ptr) {
+  if (attributes == nullptr) {
+    return invalid("vdrtPointerGetAttributes", "null pointer");
+  }
+  const char* base = nullptr;
+  Allocation allocation{};
+  if (ptr == nullptr || !runtime().lookup(ptr, &base, &allocation)) {
+    *attributes = vdrtPointerAttributes{vdrtMemoryTypeUnregistered, -1, nullptr, 0};
+  } else {
+    *attributes = vdrtPointerAttributes{
+        allocation.device < 0 ? vdrtMemoryTypeHost : vdrtMemoryTypeDevice, allocation.device,
+        const_cast<char*>(base), allocation.size};
+  }
+  return vdrtSuccess;
+}
+
+vdrtError_t vdrtDeviceGetDefaultStream(int device, vdrtStream_t* stream) {
+  if (stream == nullptr) {
+    return invalid("vdrtDeviceGetDefaultStream", "null pointer");
+  }
+  if (vdrtError_t error = runtime().check_device(device, "vdrtDeviceGetDefaultStream")) {
+    return error;
+  }
+  *stream = runtime().default_stream(device);
+  return vdrtSuccess;
+}
+
+vdrtError_t vdrtStreamCreate(int device, vdrtStream_t* stream, int priority) {
+  if (stream == nullptr) {
+    return invalid("vdrtStreamCreate", "null pointer");
+  }
+  if (vdrtError_t error = runtime().check_device(device, "vdrtStreamCreate")) {
+    return error;
+  }
+  *stream = runtime().add_stream(device, std::clamp(priority, kGreatestPriority, kLeastPriority));
+  return vdrtSuccess;
+}
+
+vdrtError_t vdrtStreamDestroy(vdrtStream_t stream) {
+  VDRT_CHECK_STREAM(stream, "vdrtStreamDestroy");
+  return runtime().destroy_stream(stream);
+}
+
+vdrtError_t vdrtStreamGetPriority(vdrtStream_t stream, int* priority) {
+  VDRT_CHECK_STREAM(stream, "vdrtStreamGetPriority");
+  if (priority == nullptr) {
+    return invalid("vdrtStreamGetPriority", "null pointer");
+  }
+  *priority = stream->priority;
+  return vdrtSuccess;
+}
+
+vdrtError_t vdrtStreamGetDevice(vdrtStream_t stream, int* device) {
+  VDRT_CHECK_STREAM(stream, "vdrtStreamGetDevice");
+  if (device == nullptr) {
+    return invalid("vdrtStreamGetDevice", "null pointer");
+  }
+  *device = stream->device;
+  return vdrtSuccess;
+}
+
+vdrtError_t vdrtStreamQuery(vdrtStream_t stream) {
+  VDRT_CHECK_STREAM(stream, "vdrtStreamQuery");
+  return stream->idle() ? vdrtSuccess : vdrtErrorNotReady;
+}
+
+vdrtError_t vdrtStreamSynchronize(vdrtStream_t stream) {
+  VDRT_CHECK_STREAM(stream, "vdrtStreamSynchronize");
+  return stream->synchronize();
+}
+
+vdrtError_t vdrtLaunchHostFunc(vdrtStream_t stream, vdrtHostFn fn, void* user_data) {
+  VDRT_CHECK_STREAM(stream, "vdrtLaunchHostFunc");
+  if (fn == nullptr) {
+    return invalid("vdrtLaunchHostFunc", "null function");
+  }
+  return stream->submit(Work{fn, user_data});
+}
+
+vdrtError_t vdrtReportLaunchFailure(const char* message) {
+  if (tls_running_stream == nullptr) {
+    return invalid("vdrtReportLaunchFailure", "called outside a launched host function");
+  }
+  if (!tls_work_failed) {
+    tls_work_failed = true;
+    tls_work_failure = message == nullptr ? "" : message;
+  }
+  return vdrtSuccess;
+}
+
+vdrtError_t vdrtMemcpy(void* dst, const void* src, size_t count, vdrtMemcpyKind kind) {
+  int device = -1;
+  if (vdrtError_t error = check_copy("vdrtMemcpy", dst, src, count, kind, &device)) {
+    return error;
+  }
+  if (device >= 0) {
+    vdrtStream* stream = runtime().default_stream(device);
+    if (vdrtError_t error = stream->synchronize()) {
+      return error;
+    }
+  }
+  if (count != 0) {
+    std::memmove(dst, src, count);
+  }
+  return vdrtSuccess;
+}
+
+vdrtError_t vdrtMemcpyAsync(
+    void* dst, const void* src, size_t count, vdrtMemcpyKind kind, vdrtStream_t stream) {
+  VDRT_CHECK_STREAM(stream, "vdrtMemcpyAsync");
+  int device = -1;
+  if (vdrtError_t error = check_copy("vdrtMemcpyAsync", dst, src, count, kind, &device)) {
+    return error;
+  }
+  if (count == 0) {
+    return vdrtSuccess;
+  }
+  return stream->submit(Work{&CopyWork::run, new CopyWork{dst, src, count}});
+}
+
+vdrtError_t vdrtMemset(void* ptr, int value, size_t count) {
+  int device = -1;
+  if (count != 0 && !runtime().in_device_memory(ptr, count, &device)) {
+    return invalid("vdrtMemset", "the range is not inside device memory");
+  }
+  if (device >= 0) {
+    if (vdrtError_t error = runtime().default_stream(device)->synchronize()) {
+      return error;
+    }
+    std::memset(ptr, value, count);
+  }
+  return vdrtSuccess;
+}
+
+vdrtError_t vdrtMemsetAsync(void* ptr, int value, size_t count, vdrtStream_t stream) {
+  VDRT_CHECK_STREAM(stream, "vdrtMemsetAsync");
+  int device = -1;
+  if (count == 0) {
+    return vdrtSuccess;
+  }
+  if (!runtime().in_device_memory(ptr, count, &device)) {
+    return invalid("vdrtMemsetAsync", "the range is not inside device memory");
+  }
+  return stream->submit(Work{&SetWork::run, new SetWork{ptr, value, count}});
+}
+
+vdrtError_t vdrtEventCreate(vdrtEvent_t* event, unsigned flags) {
+  if (event == nullptr) {
+    return invalid("vdrtEventCreate", "null pointer");
+  }
+  if ((flags & ~static_cast<unsigned>(vdrtEventDisableTiming)) != 0) {
+    return invalid("vdrtEventCreate", "unknown flags");
+  }
+  *event = new vdrtEvent{std::make_shared<EventState>((flags & vdrtEventDisableTiming) == 0)};
+  return vdrtSuccess;
+}
+
+vdrtError_t vdrtEventDestroy(vdrtEvent_t event) {
+  if (event == nullptr) {
+    return invalid("vdrtEventDestroy", "null event");
+  }
+  delete event;
+  return vdrtSuccess;
+}
+
+vdrtError_t vdrtEventRecord(vdrtEvent_t event, vdrtStream_t stream) {
+  if (event == nullptr) {
+    return invalid("vdrtEventRecord", "null event");
+  }
+  VDRT_CHECK_STREAM(stream, "vdrtEventRecord");
+  uint64_t record = 0;
+  {
+    std::lock_guard<std::mutex> lock(event->state->mutex);
+    record = ++event->state->recorded;
+    event->state->stream = stream->weak_from_this();
+  }
+  return stream->submit(Work{&RecordWork::run, new RecordWork{event->state, record}});
+}
+
+vdrtError_t vdrtEventQuery(vdrtEvent_t event) {
+  if (event == nullptr) {
+    return invalid("vdrtEventQuery", "null event");
+  }
+  std::lock_guard<std::mutex> lock(event->state->mutex);
+  return event->state->completed >= event->state->recorded ? vdrtSuccess : vdrtErrorNotReady;
+}
+
+vdrtError_t vdrtEventSynchronize(vdrtEvent_t event) {
+  if (event == nullptr) {
+    return invalid("vdrtEventSynchronize", "null event");
+  }
+  EventState& state = *event->state;
+  uint64_t record = 0;
+  std::shared_ptr<vdrtStream> stream;  // null if destroyed since
+  {
+    std::lock_guard<std::mutex> lock(state.mutex);
+    record = state.recorded;
+    stream = state.stream.lock();
+  }
+  if (record == 0) {
+    return vdrtSuccess;
+  }
+  if (stream != nullptr && stream.get() == tls_running_stream) {
+    return fail(
+        vdrtErrorWouldDeadlock, "a stream's own work cannot wait for an event of that stream");
+  }
+  state.wait_for(record);
+  return stream != nullptr ? stream->take_failure() : vdrtSuccess;
+}
+
+vdrtError_t vdrtEventElapsedTime(float* milliseconds, vdrtEvent_t start, vdrtEvent_t end) {
+  if (milliseconds == nullptr || start == nullptr || end == nullptr) {
+    return invalid("vdrtEventElapsedTime", "null pointer");
+  }
+  // Locked one at a time: the two may be the same event.
+  auto snapshot = [](EventState& state, Clock::time_point* time) {
+    std::lock_guard<std::mutex> lock(state.mutex);
+    if (!state.timing) {
+      return vdrtErrorTimingDisabled;
+    }
+    if (state.recorded == 0) {
+      return vdrtErrorInvalidResourceHandle;
+    }
+    if (state.completed < state.recorded) {
+      return vdrtErrorNotReady;
+    }
+    *time = state.time;
+    return vdrtSuccess;
+  };
+  Clock::time_point first;
+  Clock::time_point second;
+  for (auto [state, time] : {std::pair{start->state.get(), &first}, std::pair{end->state.get(), &second}}) {
+    vdrtError_t error = snapshot(*state, time);
+    if (error == vdrtErrorTimingDisabled) {
+      return fail(error, "vdrtEventElapsedTime: both events must be created with timing enabled");
+    }
+    if (error == vdrtErrorInvalidResourceHandle) {
+      return fail(error, "vdrtEventElapsedTime: both events must be recorded");
+    }
+    if (error != vdrtSuccess) {
+      return error;
+    }
+  }
+  *milliseconds = std::chrono::duration<float, std::milli>(second - first).count();
+  return vdrtSuccess;
+}
+
+vdrtError_t vdrtStreamWaitEvent(vdrtStream_t stream, vdrtEvent_t event) {
+  if (event == nullptr) {
+    return invalid("vdrtStreamWaitEvent", "null event");
+  }
+  VDRT_CHECK_STREAM(stream, "vdrtStreamWaitEvent");
+  uint64_t record = 0;
+  {
+    std::lock_guard<std::mutex> lock(event->state->mutex);
+    record = event->state->recorded;
+  }
+  if (record == 0) {
+    return vdrtSuccess;
+  }
+  return stream->submit(Work{&WaitWork::run, new WaitWork{event->state, record}});
+}
+
+vdrtError_t vdrtSetLaunchBlocking(int blocking) {
+  launch_blocking = blocking != 0;
+  return vdrtSuccess;
+}
+
+int vdrtGetLaunchBlocking(void) {
+  return launch_blocking ? 1 : 0;
+}
+
+}  // extern "C"
