@@ -52,6 +52,8 @@ c10::DeviceIndex CpuRedispatch::device() {
 
 CpuRedispatch::~CpuRedispatch() {
   written_.clear();
+  // First, so that the aliases they share a storage with may be kept.
+  storage_sharing_aliases_.clear();
   for (auto& [tensor, cpu] : lent_) {
     release_cpu_alias(*tensor, std::move(cpu));
   }
@@ -69,14 +71,24 @@ const at::Tensor& CpuRedispatch::alias(const at::Tensor& tensor) {
   if (tensor.is_sparse()) {
     return alias_sparse(tensor);
   }
+  c10::StorageImpl* device_storage = tensor.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl();
+  for (const auto& [alias_storage, shown_storage] : storages_) {
+    if (shown_storage == device_storage) {
+      return storage_sharing_aliases_
+          .emplace_back(
+              tensor.unsafeGetTensorImpl(),
+              cpu_alias_over(
+                  tensor,
+                  c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(alias_storage))))
+          .second;
+    }
+  }
   // Room first: from reusable_cpu_alias on, nothing may throw before the alias is in
   // lent_, to be handed back (a kept alias is lent without a reference of its own).
   storages_.reserve(storages_.size() + 1);
   lent_.reserve(lent_.size() + 1);
   at::Tensor cpu = reusable_cpu_alias(tensor);
-  storages_.emplace_back(
-      cpu.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl(),
-      tensor.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl());
+  storages_.emplace_back(cpu.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl(), device_storage);
   return lent_.emplace_back(tensor.unsafeGetTensorImpl(), std::move(cpu)).second;
 }
 
@@ -96,9 +108,12 @@ const at::Tensor& CpuRedispatch::alias_sparse(const at::Tensor& tensor) {
 }
 
 at::Tensor* CpuRedispatch::made_alias(const at::Tensor& tensor) {
-  for (auto& [lent_tensor, lent_alias] : lent_) {
-    if (lent_tensor == tensor.unsafeGetTensorImpl()) {
-      return &lent_alias;
+  using Aliases = c10::SmallVectorImpl<std::pair<c10::TensorImpl*, at::Tensor>>;
+  for (Aliases* aliases : std::initializer_list<Aliases*>{&lent_, &storage_sharing_aliases_}) {
+    for (auto& [aliased_tensor, alias] : *aliases) {
+      if (aliased_tensor == tensor.unsafeGetTensorImpl()) {
+        return &alias;
+      }
     }
   }
   return nullptr;

@@ -101,6 +101,9 @@ class CpuRedispatch {
   // owned: a new reference to a tensor that only Python holds takes the GIL (to keep
   // its Python object alive), twice per argument; the caller holds them.
   c10::SmallVector<std::pair<c10::TensorImpl*, at::Tensor>, 4> lent_;
+  // Aliases of tensors over the same device storage as an earlier argument: made over
+  // that argument's alias storage (see cpu_alias_over), and never kept.
+  c10::SmallVector<std::pair<c10::TensorImpl*, at::Tensor>, 0> storage_sharing_aliases_;
   c10::SmallVector<at::Tensor, 0> sparse_parts_;
 };
 

@@ -1,4 +1,5 @@
 // Tensor creation, copies between devices, and reading scalars back to the host.
+#include "aten/CpuRedispatch.h"
 #include "aten/Tensor.h"
 #include "runtime/Device.h"
 #include "runtime/Stream.h"
@@ -10,6 +11,7 @@
 
 #include <ATen/ops/_local_scalar_dense_native.h>
 #include <ATen/ops/copy.h>
+#include <ATen/ops/copy_ops.h>
 
 #include <cstdint>
 #include <limits>
@@ -107,7 +109,14 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
         is_vdev(*tensor) || tensor->device().is_cpu(), "Copying between ", self.device(),
         " and ", dst.device(), " is not supported by ", kBackendName);
   }
-  as_cpu(dst).copy_(as_cpu(self), non_blocking);
+  // Aliases made by one call: ATen's copy then sees whether source and destination
+  // share memory (and refuses a partial overlap, as on CPU and CUDA).
+  CpuRedispatch call(at::_ops::copy_::name);
+  if (is_vdev(dst)) {
+    end_copy_on_write(dst);
+  }
+  at::Tensor cpu_dst = call.alias(dst);
+  cpu_dst.copy_(call.alias(self), non_blocking);
   if (!non_blocking && is_vdev(self) != is_vdev(dst)) {
     // As with CUDA, a blocking copy between host and device synchronizes the host
     // with the device's current stream.

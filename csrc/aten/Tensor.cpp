@@ -231,10 +231,16 @@ void end_copy_on_write(const at::Tensor& tensor) {
 namespace {
 at::Tensor shared_cpu_alias(const at::Tensor& tensor) {
   const c10::Storage& storage = tensor.storage();
-  c10::Storage alias_storage(c10::make_intrusive<c10::StorageImpl>(
-      c10::StorageImpl::use_byte_size_t(), storage.nbytes(),
-      cpu_data_of(storage.unsafeGetStorageImpl()), cpu_view_allocator(tensor.device().index()),
-      storage.resizable()));
+  return cpu_alias_over(
+      tensor,
+      c10::Storage(c10::make_intrusive<c10::StorageImpl>(
+          c10::StorageImpl::use_byte_size_t(), storage.nbytes(),
+          cpu_data_of(storage.unsafeGetStorageImpl()), cpu_view_allocator(tensor.device().index()),
+          storage.resizable())));
+}
+} // namespace
+
+at::Tensor cpu_alias_over(const at::Tensor& tensor, c10::Storage alias_storage) {
   // The alias is an inference tensor exactly when the tensor is one (a TensorImpl
   // takes that from the mode it is made in), and shares the tensor's version counter:
   // a write through the alias bumps the tensor's version as the same write on CPU would.
@@ -253,13 +259,11 @@ at::Tensor shared_cpu_alias(const at::Tensor& tensor) {
   }
   return alias;
 }
-} // namespace
 
 at::Tensor cpu_alias(const at::Tensor& tensor) {
   end_copy_on_write(tensor);
   return shared_cpu_alias(tensor);
 }
-
 
 namespace {
 // VariableVersion offers no identity, but is a single intrusive pointer: equal bytes

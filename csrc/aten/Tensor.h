@@ -126,6 +126,10 @@ at::Tensor cpu_alias(const at::Tensor& tensor);
 // Gives `tensor` memory of its own if it shares a lazy clone's copy-on-write memory,
 // as a CPU write to it would: done before anything writes through an alias.
 void end_copy_on_write(const at::Tensor& tensor);
+// The same over `alias_storage`, an alias storage of `tensor`'s device storage made
+// for another tensor. ATen's overlap checks (in-place ops, copies) compare storages,
+// so tensors that share memory must reach one kernel as aliases sharing one storage.
+at::Tensor cpu_alias_over(const at::Tensor& tensor, c10::Storage alias_storage);
 
 // cpu_alias for the arguments of a CPU kernel, leaving copy-on-write memory shared (the
 // caller ends the sharing of the arguments the kernel writes). Making an alias (a TensorImpl and a
