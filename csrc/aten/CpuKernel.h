@@ -258,7 +258,7 @@ struct CpuKernel<Op, CpuOp, Result(Args...)> {
     std::tuple<cpu_kernel::Converted<Args>...> converted{
         cpu_kernel::Converted<Args>(call, std::forward<Args>(args))...};
     auto run_cpu_kernel = [&]() -> Result {
-      CpuRedispatch::Scope scope(device);
+      CpuRedispatch::Scope scope(device, Op::name);
       return std::apply(
           [](auto&... argument) -> Result {
             constexpr c10::DispatchKeySet kCpu(c10::DispatchKey::CPU);

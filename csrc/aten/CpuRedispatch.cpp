@@ -108,15 +108,17 @@ const at::Tensor& CpuRedispatch::alias_sparse(const at::Tensor& tensor) {
 }
 
 at::Tensor* CpuRedispatch::made_alias(const at::Tensor& tensor) {
-  using Aliases = c10::SmallVectorImpl<std::pair<c10::TensorImpl*, at::Tensor>>;
-  for (Aliases* aliases : std::initializer_list<Aliases*>{&lent_, &storage_sharing_aliases_}) {
-    for (auto& [aliased_tensor, alias] : *aliases) {
-      if (aliased_tensor == tensor.unsafeGetTensorImpl()) {
+  auto find = [impl = tensor.unsafeGetTensorImpl()](auto& aliases) -> at::Tensor* {
+    for (auto& [aliased_tensor, alias] : aliases) {
+      if (aliased_tensor == impl) {
         return &alias;
       }
     }
-  }
-  return nullptr;
+    return nullptr;
+  };
+  at::Tensor* made = find(lent_);
+  // Almost always empty: only tensors sharing memory with another argument are there.
+  return made != nullptr || storage_sharing_aliases_.empty() ? made : find(storage_sharing_aliases_);
 }
 
 const at::Tensor& CpuRedispatch::alias_written(const at::Tensor& tensor) {

@@ -1,6 +1,7 @@
 #pragma once
 
 #include "aten/Tensor.h"
+#include "profiler/DeviceActivity.h"
 #include "runtime/Allocator.h"
 #include "runtime/Device.h"
 
@@ -64,10 +65,12 @@ class CpuRedispatch {
   const at::Tensor* written_original(const at::Tensor& cpu_result) const;
   at::Tensor to_device(const at::Tensor& cpu);
 
-  // Everything that must hold while the CPU kernel runs.
+  // Everything that must hold while the CPU kernel runs, which is the device work
+  // of the op `name` (recorded for the profiler).
   class Scope {
    public:
-    explicit Scope(c10::DeviceIndex device) : route_(device) {
+    Scope(c10::DeviceIndex device, const char* name)
+        : route_(device), activity_(profiler::ActivityKind::kKernel, name, device) {
       // Ops almost always run on the current device: the guard's virtual calls are
       // then skipped.
       if (device != current_device()) {
@@ -78,6 +81,7 @@ class CpuRedispatch {
    private:
     c10::OptionalDeviceGuard device_guard_;
     RouteCpuAllocationsTo route_;
+    profiler::ActivityScope activity_;
   };
 
  private:

@@ -1,6 +1,7 @@
 // Tensor creation, copies between devices, and reading scalars back to the host.
 #include "aten/CpuRedispatch.h"
 #include "aten/Tensor.h"
+#include "profiler/DeviceActivity.h"
 #include "runtime/Device.h"
 #include "runtime/Stream.h"
 
@@ -99,6 +100,18 @@ at::Tensor empty_strided(
   return like_cpu_and_cuda(std::move(tensor));
 }
 
+// CUDA's names of copies in profiler traces.
+const char* copy_name(const at::Tensor& self, const at::Tensor& dst) {
+  if (!is_vdev(self)) {
+    return "Memcpy HtoD (Host -> Device)";
+  }
+  if (!is_vdev(dst)) {
+    return "Memcpy DtoH (Device -> Host)";
+  }
+  return self.device() == dst.device() ? "Memcpy DtoD (Device -> Device)"
+                                       : "Memcpy PtoP (Device -> Device)";
+}
+
 // copy_ lands here when either side is a vdev tensor: both sides are host memory,
 // so ATen's CPU copy (dtype conversion, broadcasting, any strides) runs on aliases.
 // It runs now even with non_blocking=True, which is therefore always safe.
@@ -109,14 +122,19 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
         is_vdev(*tensor) || tensor->device().is_cpu(), "Copying between ", self.device(),
         " and ", dst.device(), " is not supported by ", kBackendName);
   }
-  // Aliases made by one call: ATen's copy then sees whether source and destination
-  // share memory (and refuses a partial overlap, as on CPU and CUDA).
-  CpuRedispatch call(at::_ops::copy_::name);
-  if (is_vdev(dst)) {
-    end_copy_on_write(dst);
+  {
+    profiler::ActivityScope activity(
+        profiler::ActivityKind::kMemcpy, copy_name(self, dst),
+        (is_vdev(dst) ? dst : self).device().index(), dst.nbytes());
+    // Aliases made by one call: ATen's copy then sees whether source and destination
+    // share memory (and refuses a partial overlap, as on CPU and CUDA).
+    CpuRedispatch call(at::_ops::copy_::name);
+    if (is_vdev(dst)) {
+      end_copy_on_write(dst);
+    }
+    at::Tensor cpu_dst = call.alias(dst);
+    cpu_dst.copy_(call.alias(self), non_blocking);
   }
-  at::Tensor cpu_dst = call.alias(dst);
-  cpu_dst.copy_(call.alias(self), non_blocking);
   if (!non_blocking && is_vdev(self) != is_vdev(dst)) {
     // As with CUDA, a blocking copy between host and device synchronizes the host
     // with the device's current stream.
@@ -136,13 +154,24 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
 // it, as on CPU), so it runs on the vdev tensor itself: no alias, no second dispatch.
 c10::Scalar local_scalar_dense(const at::Tensor& self) {
   lazy_init();
-  c10::Scalar value = at::native::_local_scalar_dense_cpu(self);
+  c10::Scalar value;
+  {
+    profiler::ActivityScope activity(
+        profiler::ActivityKind::kMemcpy, "Memcpy DtoH (Device -> Host)", self.device().index(),
+        static_cast<int64_t>(self.element_size()));
+    value = at::native::_local_scalar_dense_cpu(self);
+  }
   observe_current_stream(self.device().index());
   return value;
 }
 
 at::Tensor& fill_scalar(at::Tensor& self, const c10::Scalar& value) {
   lazy_init();
+  // Filling with zeros is a memset on CUDA too (cudaMemsetAsync), other values a kernel.
+  const bool memset = profiler::recording() && value.equal(0) && self.is_contiguous();
+  profiler::ActivityScope activity(
+      memset ? profiler::ActivityKind::kMemset : profiler::ActivityKind::kKernel,
+      memset ? "Memset (Device)" : "aten::fill_", self.device().index(), self.nbytes());
   cpu_alias(self).fill_(value);
   return self;
 }

@@ -234,7 +234,7 @@ void run_with_facts(
   }
 
   {
-    CpuRedispatch::Scope scope(device);
+    CpuRedispatch::Scope scope(device, schema.name().c_str());
     cpu_kernel(stack);
   }
 

@@ -4,6 +4,7 @@
 #include "aten/BackendMeta.h"
 #include "aten/Fallback.h"
 #include "aten/Tensor.h"
+#include "python/MemorySnapshot.h"
 #include "python/PythonKernel.h"
 #include "runtime/Allocator.h"
 #include "runtime/Device.h"
@@ -165,4 +166,5 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("is_vdev_tensor_impl", &vdev::has_vdev_tensor_impl);
   vdev::bind_python_kernels(m);
+  vdev::bind_memory_snapshot(m);
 }

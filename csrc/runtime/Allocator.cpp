@@ -1,5 +1,7 @@
 #include "runtime/Allocator.h"
 
+#include "profiler/MemoryEvents.h"
+#include "runtime/AllocatorConfig.h"
 #include "runtime/Device.h"
 #include "runtime/Stream.h"
 
@@ -33,18 +35,37 @@ constexpr size_t kAlignment = 64;
 constexpr size_t kSmallBlockGranularity = 512;
 // Sizes below this are served from the small pool (as CUDA's 1 MiB split).
 constexpr size_t kSmallPoolLimit = 1 << 20;
-// Large blocks are rounded to 1/8 of their power of two, so cached blocks are
-// reused across slightly different sizes while wasting at most 12.5%.
-constexpr int kLargeRoundingDivisions = 8;
-
+// Large blocks are rounded to 1/roundup_power2_divisions (default 8) of their power
+// of two, so cached blocks are reused across slightly different sizes while wasting
+// at most 12.5%.
 size_t round_block_size(size_t nbytes) {
+  auto round_up = [nbytes](size_t step) { return (nbytes + step - 1) / step * step; };
   if (nbytes < kSmallPoolLimit) {
-    return (nbytes + kSmallBlockGranularity - 1) / kSmallBlockGranularity *
-        kSmallBlockGranularity;
+    return round_up(kSmallBlockGranularity);
   }
-  size_t power = size_t{1} << (63 - __builtin_clzll(nbytes));
-  size_t step = power / kLargeRoundingDivisions;
-  return (nbytes + step - 1) / step * step;
+  const size_t divisions =
+      allocator_config().roundup_power2_divisions.load(std::memory_order_relaxed);
+  const size_t power = size_t{1} << (63 - __builtin_clzll(nbytes));
+  return round_up(divisions == 0 ? kSmallBlockGranularity : std::max(power / divisions, kSmallBlockGranularity));
+}
+
+bool is_oversize(size_t size) {
+  return size >= allocator_config().max_split_size.load(std::memory_order_relaxed);
+}
+
+size_t current(const StatArray& stats) {
+  return static_cast<size_t>(stats[static_cast<size_t>(StatType::AGGREGATE)].current);
+}
+
+// Tells observers of device memory (the profiler, memory history) about an event.
+void observe(
+    const DeviceStats& stats, profiler::MemoryAction action, c10::DeviceIndex device,
+    const void* ptr, size_t size, c10::StreamId stream) {
+  if (C10_UNLIKELY(profiler::memory_observed())) {
+    profiler::report_memory(profiler::MemoryEvent{
+        action, device, ptr, size, stream, current(stats.allocated_bytes),
+        current(stats.reserved_bytes)});
+  }
 }
 
 struct Block {
@@ -60,6 +81,8 @@ struct Block {
   std::vector<c10::Stream> recorded_streams;
   // After the free: how many of them have yet to pass the point of the free.
   size_t streams_to_pass = 0;
+  // At least max_split_size_mb when allocated (counted in the oversize statistics).
+  bool oversize = false;
 };
 
 void update(StatArray& stats, bool small, int64_t delta) {
@@ -184,9 +207,13 @@ class Pools {
     reclaim_pending(pool, /*all=*/false);
     Block* block = take_cached(pool, stream, size);
     if (block == nullptr) {
-      void* ptr = allocate_segment(device, pool, size, nbytes);
+      void* ptr = allocate_segment(device, stream, pool, size, nbytes);
       block = blocks_.emplace(ptr, std::make_unique<Block>(Block{ptr, size, nbytes, device, stream, true, {}}))
                   .first->second.get();
+      if (!small && is_oversize(size)) {
+        block->oversize = true;
+        pool.stats.oversize_segments.increase(1);
+      }
     } else {
       // A cached block keeps its entry (size, device and stream are unchanged).
       block->requested = nbytes;
@@ -197,6 +224,10 @@ class Pools {
     update(pool.stats.allocated_bytes, small, static_cast<int64_t>(size));
     update(pool.stats.active_bytes, small, static_cast<int64_t>(size));
     update(pool.stats.requested_bytes, small, static_cast<int64_t>(nbytes));
+    if (block->oversize) {
+      pool.stats.oversize_allocations.increase(1);
+    }
+    observe(pool.stats, profiler::MemoryAction::kAlloc, device, block->ptr, size, stream);
     return c10::DataPtr(block->ptr, block->ptr, &free_device_block, reported);
   }
 
@@ -213,7 +244,13 @@ class Pools {
     update(pool.stats.allocation, small, -1);
     update(pool.stats.allocated_bytes, small, -static_cast<int64_t>(block.size));
     update(pool.stats.requested_bytes, small, -static_cast<int64_t>(block.requested));
+    if (block.oversize) {
+      pool.stats.oversize_allocations.decrease(1);
+    }
     block.in_use = false;
+    observe(
+        pool.stats, profiler::MemoryAction::kFreeRequested, block.device, block.ptr, block.size,
+        block.stream);
     if (block.recorded_streams.empty()) {
       cache_block(pool, block);
       return;
@@ -301,6 +338,21 @@ class Pools {
     return capacity_;
   }
 
+  std::vector<BlockState> blocks() {
+    std::lock_guard<SpinLock> lock(lock_);
+    std::vector<BlockState> states;
+    states.reserve(blocks_.size());
+    for (const auto& [ptr, block] : blocks_) {
+      const BlockState::State state = block->in_use ? BlockState::kAllocated
+          : block->streams_to_pass > 0             ? BlockState::kPendingFree
+                                                   : BlockState::kCached;
+      states.push_back(BlockState{
+          block->device, block->ptr, block->size, block->in_use ? block->requested : 0,
+          block->stream, state});
+    }
+    return states;
+  }
+
   size_t reserved(c10::DeviceIndex device) {
     check_device_index(device);
     std::lock_guard<SpinLock> lock(lock_);
@@ -336,6 +388,9 @@ class Pools {
     update(pool.stats.active_bytes, small, -static_cast<int64_t>(block.size));
     stream_cache(pool, block.stream).free_blocks[block.size].push_back(&block);
     pool.cached_blocks += 1;
+    observe(
+        pool.stats, profiler::MemoryAction::kFreeCompleted, block.device, block.ptr, block.size,
+        block.stream);
   }
 
   // Moves pending blocks whose streams all passed their points (or, with `all`, every
@@ -354,11 +409,19 @@ class Pools {
     }
   }
 
-  void* allocate_segment(c10::DeviceIndex device, DevicePool& pool, size_t size, size_t requested) {
-    auto reserved_bytes = [&pool] {
-      return static_cast<size_t>(
-          pool.stats.reserved_bytes[static_cast<size_t>(StatType::AGGREGATE)].current);
-    };
+  void* allocate_segment(
+      c10::DeviceIndex device, c10::StreamId stream, DevicePool& pool, size_t size,
+      size_t requested) {
+    auto reserved_bytes = [&pool] { return current(pool.stats.reserved_bytes); };
+    const double gc_threshold =
+        allocator_config().garbage_collection_threshold.load(std::memory_order_relaxed);
+    if (gc_threshold > 0) {
+      // Give cached blocks back rather than reserve past the threshold.
+      const auto limit = static_cast<size_t>(gc_threshold * static_cast<double>(capacity_));
+      if (reserved_bytes() + size > limit && pool.cached_blocks > 0) {
+        release_cached(pool, limit > size ? limit - size : 0);
+      }
+    }
     if (reserved_bytes() + size > capacity_ && (pool.cached_blocks > 0 || !pool.pending.empty())) {
       // As CUDA's allocator, wait for the streams of freed blocks and free the cache.
       pool.stats.num_alloc_retries += 1;
@@ -368,6 +431,7 @@ class Pools {
     void* ptr = reserved_bytes() + size > capacity_ ? nullptr : std::aligned_alloc(kAlignment, size);
     if (ptr == nullptr) {
       pool.stats.num_ooms += 1;
+      observe(pool.stats, profiler::MemoryAction::kOom, device, nullptr, size, stream);
       const size_t reserved = reserved_bytes();
       const size_t allocated = static_cast<size_t>(
           pool.stats.allocated_bytes[static_cast<size_t>(StatType::AGGREGATE)].current);
@@ -378,29 +442,46 @@ class Pools {
           format_bytes(capacity_), " of which ",
           format_bytes(capacity_ > reserved ? capacity_ - reserved : 0), " is free; ",
           format_bytes(allocated), " is allocated by PyTorch and ", format_bytes(reserved),
-          " is reserved. Set VDEV_MEMORY_LIMIT (bytes) to change the capacity.");
+          " is reserved. Set VDEV_MEMORY_LIMIT (bytes) to change the capacity. To see what "
+          "holds the memory, print torch.vdev.memory_summary(), or record allocations with "
+          "torch.vdev.memory._record_memory_history() and inspect "
+          "torch.vdev.memory._dump_snapshot() with torch.cuda._memory_viz "
+          "(https://pytorch.org/memory_viz).");
     }
     update(pool.stats.segment, size < kSmallPoolLimit, 1);
     update(pool.stats.reserved_bytes, size < kSmallPoolLimit, static_cast<int64_t>(size));
     pool.stats.num_device_alloc += 1;
+    observe(pool.stats, profiler::MemoryAction::kSegmentAlloc, device, ptr, size, stream);
     return ptr;
   }
 
-  void release_cached(DevicePool& pool) {
+  // Frees cached blocks until the pool reserves at most `keep_reserved` bytes (all
+  // of them by default).
+  void release_cached(DevicePool& pool, size_t keep_reserved = 0) {
     for (StreamCache& cache : pool.cached) {
       for (auto& [size, blocks] : cache.free_blocks) {
-        for (Block* block : blocks) {
+        while (!blocks.empty() && current(pool.stats.reserved_bytes) > keep_reserved) {
+          Block* block = blocks.back();
+          blocks.pop_back();
+          pool.cached_blocks -= 1;
+          const c10::DeviceIndex device = block->device;
+          const bool oversize = block->oversize;
           void* ptr = block->ptr;
           blocks_.erase(ptr);
           std::free(ptr);
           update(pool.stats.segment, size < kSmallPoolLimit, -1);
           update(pool.stats.reserved_bytes, size < kSmallPoolLimit, -static_cast<int64_t>(size));
+          if (oversize) {
+            pool.stats.oversize_segments.decrease(1);
+          }
           pool.stats.num_device_free += 1;
+          observe(pool.stats, profiler::MemoryAction::kSegmentFree, device, ptr, size, cache.stream);
         }
       }
     }
-    pool.cached.clear();
-    pool.cached_blocks = 0;
+    if (pool.cached_blocks == 0) {
+      pool.cached.clear();
+    }
   }
 
   const size_t capacity_;
@@ -583,6 +664,10 @@ RouteCpuAllocationsTo::~RouteCpuAllocationsTo() {
 
 c10::Device device_of_pointer(const void* ptr) {
   return make_device(pools().device_of(ptr));
+}
+
+std::vector<BlockState> memory_blocks() {
+  return pools().blocks();
 }
 
 size_t memory_capacity(c10::DeviceIndex device) {

@@ -4,6 +4,8 @@
 
 #include <c10/core/CachingDeviceAllocator.h>
 
+#include <vector>
+
 namespace vdev {
 
 // Device memory is 64-byte aligned host RAM, cached per device like CUDA's
@@ -57,6 +59,20 @@ class RouteCpuAllocationsTo {
 
 // The device a pointer into device memory belongs to; throws for other pointers.
 c10::Device device_of_pointer(const void* ptr);
+
+// The allocator's blocks (each is its own segment: blocks are never split).
+struct BlockState {
+  c10::DeviceIndex device;
+  void* ptr;
+  size_t size;
+  // Bytes asked for, while allocated.
+  size_t requested;
+  // The stream it was allocated on.
+  c10::StreamId stream;
+  // In use; freed but still used by streams it was recorded on; cached for reuse.
+  enum State { kAllocated, kPendingFree, kCached } state;
+};
+VDEV_API std::vector<BlockState> memory_blocks();
 
 // Per-device capacity in bytes.
 VDEV_API size_t memory_capacity(c10::DeviceIndex device);

@@ -1,3 +1,4 @@
+#include "profiler/DeviceActivity.h"
 #include "runtime/Allocator.h"
 #include "runtime/Device.h"
 #include "runtime/Stream.h"
@@ -72,6 +73,7 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
         "Event device index ", static_cast<int>(device_index),
         " does not match recording stream's device index ",
         static_cast<int>(stream.device_index()), ".");
+    profiler::ActivityScope activity("vdevEventRecord", stream);
     record_event(event, stream, flag);
   }
 
@@ -79,6 +81,7 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
     lazy_init();
     // The recorded work is complete, so the stream never has to wait.
     check_stream(stream);
+    profiler::ActivityScope activity("vdevStreamWaitEvent", stream);
   }
 
   bool queryEvent(void* event) const override {
@@ -93,6 +96,8 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
 
   void synchronizeEvent(void* event) const override {
     lazy_init();
+    profiler::ActivityScope activity(
+        profiler::ActivityKind::kRuntime, "vdevEventSynchronize", current_device());
     observe_event(event);
   }
 
@@ -110,6 +115,7 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
 
   void synchronizeStream(const c10::Stream& stream) const override {
     lazy_init();
+    profiler::ActivityScope activity("vdevStreamSynchronize", stream);
     observe_stream(stream);
   }
 

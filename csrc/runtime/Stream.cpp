@@ -1,5 +1,6 @@
 #include "runtime/Stream.h"
 
+#include "profiler/DeviceActivity.h"
 #include "runtime/Device.h"
 
 #include <algorithm>
@@ -138,6 +139,7 @@ void observe_current_stream(c10::DeviceIndex device) {
 
 void observe_device(c10::DeviceIndex device) {
   check_device_index(device);
+  profiler::ActivityScope activity(profiler::ActivityKind::kRuntime, "vdevDeviceSynchronize", device);
   for (c10::StreamId id = 0; id < kStreamsPerDevice; ++id) {
     observe_stream(c10::Stream(c10::Stream::UNSAFE, make_device(device), id));
   }

@@ -29,7 +29,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(
   const c10::SymInt bias_size = grad_output.sym_size(1);
   std::tuple<at::Tensor, at::Tensor, at::Tensor> grads;
   {
-    CpuRedispatch::Scope scope(device);
+    CpuRedispatch::Scope scope(device, at::_ops::convolution_backward_overrideable::name);
     grads = at::_ops::convolution_backward::redispatch(
         c10::DispatchKeySet(c10::DispatchKey::CPU), cpu_grad_output, cpu_input, cpu_weight,
         c10::SymIntArrayRef(&bias_size, 1), stride, padding, dilation, transposed,
