@@ -32,6 +32,7 @@ SOURCES = {
     "test_shape_ops.py": Source("pytorch/pytorch", "00972c015f0846e856f3fb8d46de73804a55a4de", 35524),
     "test_sort_and_select.py": Source("pytorch/pytorch", "6f3cff94d27f4f2e6ea43523525c8353730e1414", 53360),
     "test_indexing.py": Source("pytorch/pytorch", "5183443433dabc82f00dc4298b3af1d4cce25319", 75176),
+    "test_unary_ufuncs.py": Source("pytorch/pytorch", "434729df9c398fdfc12660048d8f2f3f1446e194", 65544),
     "test_view_ops.py": Source("pytorch/pytorch", "9c491bc34c6ab131b18cf51db02636d65ffd3472", 80417),
     "test_type_promotion.py": Source("maggiemoss/pytorch", "4b78f85938a63c12719f266324b57ffe9f3b7581", 59994),
 }
