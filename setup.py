@@ -21,6 +21,10 @@ class CMakeExtension(Extension):
 class CMakeBuild(build_ext):
     def build_extension(self, ext: Extension) -> None:
         import pybind11
+
+        # An installed torch_vdev (an editable one: this very tree) must not load with
+        # torch while it is being rebuilt: its extension module may be older than its Python.
+        os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
         import torch
 
         extension_path = Path(self.get_ext_fullpath(ext.name)).resolve()

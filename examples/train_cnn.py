@@ -7,12 +7,12 @@
 Each class is a fixed random 16x16 pattern; samples are a pattern plus noise.
 """
 
-from typing import Iterator, List, Optional
+from typing import Any, Iterator, List, Optional
 
 import torch
 import torch.nn.functional as F
 
-from training import Batch, ProgressBar, main, train
+from training import Batch, main, train
 
 CLASSES, SIZE, BATCH = 4, 16, 32
 
@@ -36,7 +36,7 @@ def synthetic_batches(seed: int) -> Iterator[Batch]:
 
 
 def run(device: str, steps: int, amp: str = "none", seed: int = 0,
-        progress: Optional[ProgressBar] = None) -> List[float]:
+        progress: Optional[Any] = None) -> List[float]:
     torch.manual_seed(seed)
     model = make_model().to(device)
     return train(model, synthetic_batches(seed), F.cross_entropy, device, steps, amp, lr=3e-3,

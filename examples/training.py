@@ -1,10 +1,11 @@
-"""The training loop the examples share: command line, mixed precision, a plain-text
-progress bar and the final loss. Used by train_cnn.py and train_lm.py."""
+"""The training loop the examples share: command line, mixed precision, a tqdm
+progress bar and the final loss. Used by train_cnn.py and train_lm.py (tqdm comes with
+the `examples` extra: pip install ".[examples]")."""
 
 import argparse
 import sys
 import time
-from typing import Callable, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Iterator, List, Optional, Tuple
 
 import torch
 
@@ -23,22 +24,6 @@ def parse_args(description: str, default_steps: int) -> argparse.Namespace:
     return parser.parse_args()
 
 
-class ProgressBar:
-    """`[#########.........]  12/30  loss 1.2345` on one line, redrawn in place."""
-
-    def __init__(self, total: int, width: int = 30, stream=sys.stdout):
-        self.total, self.width, self.stream = total, width, stream
-
-    def update(self, step: int, loss: float) -> None:
-        filled = self.width * step // self.total
-        bar = "#" * filled + "." * (self.width - filled)
-        self.stream.write(f"\r[{bar}] {step:>{len(str(self.total))}}/{self.total}  loss {loss:.4f}")
-        self.stream.flush()
-
-    def close(self) -> None:
-        self.stream.write("\n")
-
-
 def train(
     model: torch.nn.Module,
     batches: Iterator[Batch],
@@ -47,17 +32,18 @@ def train(
     steps: int,
     amp: str = "none",
     lr: float = 1e-3,
-    progress: Optional[ProgressBar] = None,
+    progress: Optional[Any] = None,
 ) -> List[float]:
     """Trains `model` (already on `device`) for `steps` batches with fused AdamW and
-    returns the loss of every step. Batches come from the host and are moved over."""
+    returns the loss of every step. Batches come from the host and are moved over.
+    `progress`, a tqdm bar, advances by a step and shows the loss."""
     device_type = torch.device(device).type
     amp_dtype = AMP_DTYPES[amp]
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, fused=True)
     scaler = torch.amp.GradScaler(device_type, enabled=amp_dtype is torch.float16)
     losses = []
     model.train()
-    for step in range(1, steps + 1):
+    for _ in range(steps):
         inputs, targets = (t.to(device) for t in next(batches))
         with torch.autocast(device_type, dtype=amp_dtype, enabled=amp_dtype is not None):
             loss = loss_fn(model(inputs), targets)
@@ -67,7 +53,8 @@ def train(
         scaler.update()
         losses.append(loss.item())
         if progress is not None:
-            progress.update(step, losses[-1])
+            progress.set_postfix(loss=f"{losses[-1]:.4f}", refresh=False)
+            progress.update()
     if progress is not None:
         progress.close()
     return losses
@@ -75,9 +62,11 @@ def train(
 
 def main(description: str, default_steps: int, run: Callable[..., List[float]]) -> None:
     """Parses the command line, runs `run(device, steps, amp, seed, progress)` and reports."""
+    from tqdm import tqdm
+
     args = parse_args(description, default_steps)
     print(f"{description} on {args.device}, amp={args.amp}, {args.steps} steps")
     start = time.perf_counter()
-    losses = run(args.device, args.steps, args.amp, args.seed, ProgressBar(args.steps))
+    losses = run(args.device, args.steps, args.amp, args.seed, tqdm(total=args.steps, unit="step"))
     elapsed = time.perf_counter() - start
     print(f"final loss {losses[-1]:.6f}  (first {losses[0]:.6f}, {elapsed:.1f} s)")

@@ -20,6 +20,19 @@ def run_python(code: str, env: dict = None, timeout: int = 120) -> subprocess.Co
     )
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _fresh_inductor_cache(tmp_path_factory):
+    """Inductor compiles into a new cache directory each test session, so compiled
+    results never come from an earlier run's artefacts."""
+    previous = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path_factory.mktemp("inductor_cache"))
+    yield
+    if previous is None:
+        del os.environ["TORCHINDUCTOR_CACHE_DIR"]
+    else:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = previous
+
+
 @pytest.fixture
 def run_in_subprocess():
     return run_python

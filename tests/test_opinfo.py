@@ -18,7 +18,7 @@ from torch.testing._internal.common_device_type import (
     ops,
 )
 from torch.testing._internal.common_methods_invocations import op_db
-from torch.testing._internal.common_utils import TestCase, run_tests
+from torch.testing._internal.common_utils import TestCase, noncontiguous_like, run_tests
 from torch.utils._pytree import tree_map
 
 from device_suites import DEVICE_TYPE, result_device_type, tensors_in, to_cpu, with_expected_failures
@@ -51,6 +51,17 @@ representative_op_db = [with_one_dtype_per_category(op) for op in marked_op_db]
 
 def sample_parts(sample):
     return sample.input, sample.args, sample.kwargs
+
+
+def noncontiguous_parts(sample):
+    """The sample with its strided tensors made non-contiguous (sparse ones have no
+    non-contiguous form)."""
+    if all(t.layout == torch.strided for t in tensors_in(sample_parts(sample))):
+        return sample_parts(sample.noncontiguous())
+    return tree_map(
+        lambda v: noncontiguous_like(v) if isinstance(v, torch.Tensor) and v.layout == torch.strided else v,
+        sample_parts(sample),
+    )
 
 
 def call(fn, parts):
@@ -107,7 +118,7 @@ class TestOpInfo(TestCase):
     @ops(representative_op_db, dtypes=OpDTypes.supported)
     def test_noncontiguous(self, device, dtype, op):
         def check(sample):
-            noncontiguous = sample_parts(sample.noncontiguous())
+            noncontiguous = noncontiguous_parts(sample)
             actual, expected = self.run_on_both(lambda parts: call(op, parts), noncontiguous)
             self.assert_matches_cpu(op, actual, expected, result_device_type(noncontiguous))
 

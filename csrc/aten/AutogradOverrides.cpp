@@ -147,7 +147,8 @@ struct MmFunction : public torch::autograd::Function<MmFunction> {
 };
 
 at::Tensor mm(c10::DispatchKeySet keys, const at::Tensor& self, const at::Tensor& mat2) {
-  if (functorch_active()) {
+  // Sparse operands take PyTorch's formulas, which know their layouts.
+  if (functorch_active() || self.layout() != c10::kStrided || mat2.layout() != c10::kStrided) {
     return generated_autograd<at::_ops::mm>(keys, self, mat2);
   }
   if (records_nothing(self, mat2)) {

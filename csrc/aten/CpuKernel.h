@@ -181,6 +181,25 @@ struct Converted<std::optional<c10::Device>> {
   std::optional<c10::Device> cpu;
 };
 
+template <>
+struct Converted<std::optional<c10::ScalarType>> {
+  Converted(CpuRedispatch& call, std::optional<c10::ScalarType> dtype)
+      : cpu(dtype.has_value() ? std::optional(call.dtype_argument(*dtype)) : dtype) {}
+  std::optional<c10::ScalarType> get() {
+    return cpu;
+  }
+  std::optional<c10::ScalarType> cpu;
+};
+
+template <>
+struct Converted<c10::ScalarType> {
+  Converted(CpuRedispatch& call, c10::ScalarType dtype) : cpu(call.dtype_argument(dtype)) {}
+  c10::ScalarType get() {
+    return cpu;
+  }
+  c10::ScalarType cpu;
+};
+
 // A result as the caller receives it.
 template <class Result>
 struct Returned {
@@ -253,6 +272,8 @@ struct CpuKernel<Op, CpuOp, Result(Args...)> {
   static Result call(Args... args) {
     lazy_init();
     CpuRedispatch call(Op::name);
+    static const AcceleratorDtypes* const accelerator_dtypes = vdev::accelerator_dtypes(Op::name);
+    call.accept_accelerator_dtypes(accelerator_dtypes);
     (cpu_kernel::note(call, args), ...);
     const c10::DeviceIndex device = call.device();
     std::tuple<cpu_kernel::Converted<Args>...> converted{

@@ -4,9 +4,14 @@
 #include "runtime/Device.h"
 #include "runtime/Generator.h"
 
+#include <ATen/NestedTensorImpl.h>
+#include <ATen/SparseCsrTensorImpl.h>
+#include <ATen/SparseCsrTensorUtils.h>
 #include <ATen/SparseTensorImpl.h>
 #include <ATen/native/SparseTensorUtils.h>
+#include <ATen/ops/_sparse_compressed_tensor_unsafe.h>
 #include <ATen/ops/_sparse_coo_tensor_with_dims_and_tensors.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
 
 namespace vdev {
@@ -16,6 +21,10 @@ void CpuRedispatch::note_tensor(const at::Tensor& tensor, CpuTensors cpu) {
     return;
   }
   if (is_vdev(tensor)) {
+    if (accelerator_dtypes_ != nullptr &&
+        accelerator_dtypes_->compute_type(tensor.scalar_type()) != c10::ScalarType::Undefined) {
+      widening_ = true;
+    }
     const c10::DeviceIndex index = tensor.device().index();
     TORCH_CHECK(
         device_ < 0 || device_ == index,
@@ -71,16 +80,23 @@ const at::Tensor& CpuRedispatch::alias(const at::Tensor& tensor) {
   if (tensor.is_sparse()) {
     return alias_sparse(tensor);
   }
+  if (at::sparse_csr::is_sparse_compressed(tensor)) {
+    return alias_sparse_compressed(tensor);
+  }
+  if (tensor.is_nested()) {
+    return alias_nested(tensor);
+  }
   c10::StorageImpl* device_storage = tensor.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl();
   for (const auto& [alias_storage, shown_storage] : storages_) {
     if (shown_storage == device_storage) {
-      return storage_sharing_aliases_
-          .emplace_back(
-              tensor.unsafeGetTensorImpl(),
-              cpu_alias_over(
-                  tensor,
-                  c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(alias_storage))))
-          .second;
+      const at::Tensor& shared =
+          storage_sharing_aliases_
+              .emplace_back(
+                  tensor.unsafeGetTensorImpl(),
+                  cpu_alias_over(
+                      tensor, c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(alias_storage))))
+              .second;
+      return widening_ ? widened(tensor, shared) : shared;
     }
   }
   // Room first: from reusable_cpu_alias on, nothing may throw before the alias is in
@@ -89,7 +105,36 @@ const at::Tensor& CpuRedispatch::alias(const at::Tensor& tensor) {
   lent_.reserve(lent_.size() + 1);
   at::Tensor cpu = reusable_cpu_alias(tensor);
   storages_.emplace_back(cpu.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl(), device_storage);
-  return lent_.emplace_back(tensor.unsafeGetTensorImpl(), std::move(cpu)).second;
+  const at::Tensor& lent = lent_.emplace_back(tensor.unsafeGetTensorImpl(), std::move(cpu)).second;
+  return widening_ ? widened(tensor, lent) : lent;
+}
+
+const at::Tensor& CpuRedispatch::widened(const at::Tensor& tensor, const at::Tensor& alias) {
+  const c10::ScalarType dtype = tensor.scalar_type();
+  const c10::ScalarType compute = accelerator_dtypes_->compute_type(dtype);
+  if (compute == c10::ScalarType::Undefined) {
+    return alias;
+  }
+  bool known = false;
+  for (const auto& [original, computed] : widened_types_) {
+    known = known || (original == dtype && computed == compute);
+  }
+  if (!known) {
+    widened_types_.emplace_back(dtype, compute);
+  }
+  return widened_.emplace_back(Widened{tensor.unsafeGetTensorImpl(), alias.to(compute)}).cpu;
+}
+
+at::Tensor CpuRedispatch::narrowed(const at::Tensor& cpu) {
+  for (const auto& [original, compute] : widened_types_) {
+    const c10::ScalarType narrow = narrowed_type(cpu.scalar_type(), original, compute);
+    if (narrow != cpu.scalar_type()) {
+      // In device memory, to be adopted without a copy.
+      Scope scope(device_, op_name_);
+      return cpu.to(narrow);
+    }
+  }
+  return cpu;
 }
 
 const at::Tensor& CpuRedispatch::alias_sparse(const at::Tensor& tensor) {
@@ -107,7 +152,50 @@ const at::Tensor& CpuRedispatch::alias_sparse(const at::Tensor& tensor) {
   return lent_.emplace_back(tensor.unsafeGetTensorImpl(), std::move(cpu)).second;
 }
 
+const at::Tensor& CpuRedispatch::alias_sparse_compressed(const at::Tensor& tensor) {
+  const at::SparseCsrTensorImpl* compressed = at::sparse_csr::get_sparse_csr_impl(tensor);
+  // Held here, as alias_sparse's parts.
+  sparse_parts_.push_back(compressed->compressed_indices());
+  sparse_parts_.push_back(compressed->plain_indices());
+  sparse_parts_.push_back(compressed->values());
+  at::Tensor compressed_indices = alias(compressed->compressed_indices());
+  at::Tensor plain_indices = alias(compressed->plain_indices());
+  at::Tensor values = alias(compressed->values());
+  at::Tensor cpu = at::_sparse_compressed_tensor_unsafe(
+      compressed_indices, plain_indices, values, tensor.sizes(), tensor.options().device(c10::kCPU));
+  return lent_.emplace_back(tensor.unsafeGetTensorImpl(), std::move(cpu)).second;
+}
+
+// A flat strided tensor over all of `nested`'s storage, on its device.
+static at::Tensor whole_storage(const at::Tensor& nested) {
+  const int64_t elements = static_cast<int64_t>(nested.storage().nbytes()) / nested.itemsize();
+  return at::empty({0}, nested.options().layout(c10::kStrided)).set_(nested.storage(), 0, {elements}, {1});
+}
+
+static at::Tensor nested_over(const at::Tensor& buffer, const at::native::NestedTensorImpl& like) {
+  return at::detail::make_tensor<at::native::NestedTensorImpl>(
+      buffer, like.get_nested_sizes(), like.get_nested_strides(), like.get_storage_offsets());
+}
+
+const at::Tensor& CpuRedispatch::alias_nested(const at::Tensor& tensor) {
+  // Held here, as alias_sparse's parts; the sizes, strides and offsets are CPU tensors.
+  const at::Tensor& buffer = sparse_parts_.emplace_back(whole_storage(tensor));
+  at::Tensor cpu = nested_over(alias(buffer), *at::native::get_nested_tensor_impl(tensor));
+  return lent_.emplace_back(tensor.unsafeGetTensorImpl(), std::move(cpu)).second;
+}
+
 at::Tensor* CpuRedispatch::made_alias(const at::Tensor& tensor) {
+  if (widening_) {
+    for (Widened& wide : widened_) {
+      if (wide.original == tensor.unsafeGetTensorImpl()) {
+        return &wide.cpu;
+      }
+    }
+  }
+  return lent_alias(tensor);
+}
+
+at::Tensor* CpuRedispatch::lent_alias(const at::Tensor& tensor) {
   auto find = [impl = tensor.unsafeGetTensorImpl()](auto& aliases) -> at::Tensor* {
     for (auto& [aliased_tensor, alias] : aliases) {
       if (aliased_tensor == impl) {
@@ -124,7 +212,16 @@ at::Tensor* CpuRedispatch::made_alias(const at::Tensor& tensor) {
 const at::Tensor& CpuRedispatch::alias_written(const at::Tensor& tensor) {
   const at::Tensor& cpu = alias(tensor);
   if (is_vdev(tensor) && written_original(cpu) == nullptr) {
-    written_.push_back(Written{&tensor, cpu, tensor.is_sparse() ? nullptr : cpu.storage().data()});
+    if (tensor.is_nested()) {
+      // Kernels write its storage in place and keep its sizes: nothing to take over.
+    } else if (tensor.is_sparse() || at::sparse_csr::is_sparse_compressed(tensor)) {
+      written_.push_back(Written{&tensor, cpu, nullptr, at::Tensor()});
+    } else {
+      const at::Tensor& narrow_alias = *lent_alias(tensor);
+      const bool wide = narrow_alias.unsafeGetTensorImpl() != cpu.unsafeGetTensorImpl();
+      written_.push_back(
+          Written{&tensor, cpu, narrow_alias.storage().data(), wide ? narrow_alias : at::Tensor()});
+    }
   }
   return cpu;
 }
@@ -142,7 +239,23 @@ void CpuRedispatch::update_written() {
       update_written_sparse(*written.original, written.cpu);
       continue;
     }
-    c10::StorageImpl* cpu_storage = written.cpu.storage().unsafeGetStorageImpl();
+    if (at::sparse_csr::is_sparse_compressed(written.cpu)) {
+      at::sparse_csr::get_sparse_csr_impl(*written.original)
+          ->set_member_tensors(
+              to_device(at::sparse_csr::get_sparse_csr_impl(written.cpu)->compressed_indices()),
+              to_device(at::sparse_csr::get_sparse_csr_impl(written.cpu)->plain_indices()), to_device(written.cpu.values()),
+              written.cpu.sizes());
+      continue;
+    }
+    if (written.narrow_alias.defined()) {
+      Scope scope(device_, op_name_);
+      if (written.narrow_alias.sizes() != written.cpu.sizes()) {
+        written.narrow_alias.resize_(written.cpu.sizes());
+      }
+      written.narrow_alias.copy_(written.cpu);
+    }
+    const at::Tensor& cpu = written.narrow_alias.defined() ? written.narrow_alias : written.cpu;
+    c10::StorageImpl* cpu_storage = cpu.storage().unsafeGetStorageImpl();
     c10::TensorImpl* original = written.original->unsafeGetTensorImpl();
     if (cpu_storage->data() != written.original_data) {
       c10::DataPtr data = cpu_storage->set_data_ptr(c10::DataPtr());
@@ -152,15 +265,15 @@ void CpuRedispatch::update_written() {
       device_storage->set_nbytes(cpu_storage->nbytes());
     }
     // Some kernels leave their result a lazy conjugate (linalg_lu_solve with left=False).
-    if (written.cpu.is_conj() != original->is_conj()) {
-      original->_set_conj(written.cpu.is_conj());
+    if (cpu.is_conj() != original->is_conj()) {
+      original->_set_conj(cpu.is_conj());
     }
-    if (written.cpu.is_neg() != original->is_neg()) {
-      original->_set_neg(written.cpu.is_neg());
+    if (cpu.is_neg() != original->is_neg()) {
+      original->_set_neg(cpu.is_neg());
     }
-    if (!same_geometry(*written.cpu.unsafeGetTensorImpl(), *original)) {
+    if (!same_geometry(*cpu.unsafeGetTensorImpl(), *original)) {
       original->set_sizes_and_strides(
-          written.cpu.sizes(), written.cpu.strides(), written.cpu.storage_offset());
+          cpu.sizes(), cpu.strides(), cpu.storage_offset());
     }
   }
 }
@@ -187,13 +300,27 @@ at::Tensor CpuRedispatch::to_device(const at::Tensor& cpu) {
   if (!cpu.defined() || !cpu.device().is_cpu()) {
     return cpu;
   }
+  if (widening_ && cpu.layout() == c10::kStrided) {
+    at::Tensor narrow = narrowed(cpu);
+    if (!narrow.is_same(cpu)) {
+      return to_device(narrow);
+    }
+  }
   if (cpu.is_sparse()) {
     return at::_sparse_coo_tensor_with_dims_and_tensors(
         cpu.sparse_dim(), cpu.dense_dim(), cpu.sizes(), to_device(cpu._indices()),
         to_device(cpu._values()), cpu.options().device(make_device(device_)), cpu.is_coalesced());
   }
+  if (cpu.is_nested()) {
+    return nested_over(to_device(whole_storage(cpu)), *at::native::get_nested_tensor_impl(cpu));
+  }
+  if (at::sparse_csr::is_sparse_compressed(cpu)) {
+    return at::_sparse_compressed_tensor_unsafe(
+        to_device(at::sparse_csr::get_sparse_csr_impl(cpu)->compressed_indices()), to_device(at::sparse_csr::get_sparse_csr_impl(cpu)->plain_indices()),
+        to_device(cpu.values()), cpu.sizes(), cpu.options().device(make_device(device_)));
+  }
   TORCH_CHECK_NOT_IMPLEMENTED(
-      cpu.layout() == c10::kStrided, kBackendName, " supports strided and sparse COO tensors, not ",
+      cpu.layout() == c10::kStrided, kBackendName, " supports strided, sparse COO and sparse compressed tensors, not ",
       cpu.layout(), " ones (", op_name_, " returned one)");
   c10::StorageImpl* storage = cpu.storage().unsafeGetStorageImpl();
   for (const auto& [cpu_storage, device_storage] : storages_) {

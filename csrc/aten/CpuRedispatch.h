@@ -1,5 +1,6 @@
 #pragma once
 
+#include "aten/AcceleratorDtypes.h"
 #include "aten/Tensor.h"
 #include "profiler/DeviceActivity.h"
 #include "runtime/Allocator.h"
@@ -25,8 +26,12 @@ namespace vdev {
 //  - results become vdev tensors (to_device): views of an argument's storage, fresh
 //    device memory adopted as is, or - for memory the kernel did not allocate - a copy;
 //  - written arguments take over what the kernel did to their aliases (update_written);
-//  - a sparse COO tensor is a SparseCPU tensor over aliases of its indices and values,
-//    and a sparse result becomes a vdev sparse tensor over its converted ones.
+//  - a sparse COO (compressed) tensor is a SparseCPU (SparseCsrCPU) tensor over aliases
+//    of its indices and values, and a sparse result becomes a vdev sparse tensor over
+//    its converted ones;
+//  - for an op with accelerator dtypes (AcceleratorDtypes.h) called with one, arguments
+//    of those dtypes reach the kernel as copies in the dtype it computes them in, and
+//    results come back narrowed (written arguments by a copy back).
 // Used by the boxed fallback and by the unboxed native kernels (CpuKernel.h).
 class CpuRedispatch {
  public:
@@ -44,6 +49,19 @@ class CpuRedispatch {
   // memory here, before any alias is made, as a CPU write would end it.
   void note_tensor(const at::Tensor& tensor, CpuTensors cpu = CpuTensors::ScalarsAllowed);
   void note_device(const std::optional<c10::Device>& device);
+  // The op's accelerator dtypes, from accelerator_dtypes(); before note_tensor.
+  void accept_accelerator_dtypes(const AcceleratorDtypes* dtypes) {
+    accelerator_dtypes_ = dtypes;
+  }
+  // A dtype argument (prod's dtype=) as the kernel receives it: the compute dtype of
+  // an accelerator dtype when the call widens.
+  c10::ScalarType dtype_argument(c10::ScalarType dtype) const {
+    if (widening_) {
+      const c10::ScalarType compute = accelerator_dtypes_->compute_type(dtype);
+      return compute == c10::ScalarType::Undefined ? dtype : compute;
+    }
+    return dtype;
+  }
   // The device the op runs on (the current device if nothing named one).
   c10::DeviceIndex device();
 
@@ -57,6 +75,8 @@ class CpuRedispatch {
   // object, as on the CPU: kernels such as addr_'s tell in-place calls by address.
   // The reference lasts until the next alias is made.
   at::Tensor* made_alias(const at::Tensor& tensor);
+  // The alias of `tensor`'s own memory made in this call (not its widened copy), or nullptr.
+  at::Tensor* lent_alias(const at::Tensor& tensor);
   // The CPU generator for a vdev generator (or the device's default for none).
   at::Generator generator(const std::optional<at::Generator>& generator);
 
@@ -87,12 +107,29 @@ class CpuRedispatch {
  private:
   struct Written {
     const at::Tensor* original;
+    // What the kernel writes: the alias, or its copy in the compute dtype.
     at::Tensor cpu;
     const void* original_data;
+    // The alias when `cpu` is its copy in the compute dtype.
+    at::Tensor narrow_alias;
   };
+  struct Widened {
+    c10::TensorImpl* original;
+    at::Tensor cpu;
+  };
+
+  // The copy in its compute dtype of an argument of an accelerator dtype, made from its
+  // alias; the alias itself for other arguments.
+  const at::Tensor& widened(const at::Tensor& tensor, const at::Tensor& alias);
+  at::Tensor narrowed(const at::Tensor& cpu);
 
   // A sparse COO vdev tensor as a SparseCPU tensor over aliases of its indices and values.
   const at::Tensor& alias_sparse(const at::Tensor& tensor);
+  // A sparse compressed (CSR, CSC, BSR, BSC) vdev tensor as a SparseCsrCPU tensor over
+  // aliases of its compressed and plain indices and values.
+  const at::Tensor& alias_sparse_compressed(const at::Tensor& tensor);
+  // A strided nested vdev tensor as a NestedTensorCPU tensor over an alias of its storage.
+  const at::Tensor& alias_nested(const at::Tensor& tensor);
   void update_written_sparse(const at::Tensor& original, const at::Tensor& cpu);
 
   const char* op_name_;
@@ -109,6 +146,12 @@ class CpuRedispatch {
   // that argument's alias storage (see cpu_alias_over), and never kept.
   c10::SmallVector<std::pair<c10::TensorImpl*, at::Tensor>, 0> storage_sharing_aliases_;
   c10::SmallVector<at::Tensor, 0> sparse_parts_;
+  const AcceleratorDtypes* accelerator_dtypes_ = nullptr;
+  // Set once an argument has an accelerator dtype (note_tensor): the call widens.
+  bool widening_ = false;
+  c10::SmallVector<Widened, 0> widened_;
+  // The (original, compute) dtypes of widened arguments, to narrow results.
+  c10::SmallVector<std::pair<c10::ScalarType, c10::ScalarType>, 0> widened_types_;
 };
 
 } // namespace vdev

@@ -62,15 +62,23 @@ bool is_index_list(const c10::Argument& argument) {
       type->containedType(0)->kind() == c10::TypeKind::OptionalType;
 }
 
+bool is_dtype(const c10::Argument& argument) {
+  const auto& type = argument.type();
+  const auto& named = type->kind() == c10::TypeKind::OptionalType ? type->containedType(0) : type;
+  return named->kind() == c10::TypeKind::ScalarTypeType;
+}
+
 // What run_on_cpu_aliases needs of an operator's schema, worked out on its first call
 // rather than walking the schema (alias sets, types) on every call.
 struct OperatorFacts {
-  explicit OperatorFacts(const c10::FunctionSchema& schema) {
+  explicit OperatorFacts(const c10::FunctionSchema& schema)
+      : accelerator_dtypes(vdev::accelerator_dtypes(schema.name())) {
     const auto& arguments = schema.arguments();
     for (const c10::Argument& argument : arguments) {
       written.push_back(is_written(argument));
       index_list.push_back(is_index_list(argument));
       optional_generator.push_back(is_optional_generator(argument));
+      dtype.push_back(is_dtype(argument));
     }
     for (const c10::Argument& result : schema.returns()) {
       int argument_index = -1;
@@ -90,8 +98,10 @@ struct OperatorFacts {
   c10::SmallVector<bool, 8> written;
   c10::SmallVector<bool, 8> index_list;
   c10::SmallVector<bool, 8> optional_generator;
+  c10::SmallVector<bool, 8> dtype;
   // For each result, the written argument it returns (in-place, out=), or -1.
   c10::SmallVector<int, 4> written_argument_of_result;
+  const AcceleratorDtypes* accelerator_dtypes;
 };
 
 // Per operator, keyed by its schema (which lives as long as the operator): its facts
@@ -185,6 +195,7 @@ void run_with_facts(
       std::make_move_iterator(stack->begin() + static_cast<std::ptrdiff_t>(first)),
       std::make_move_iterator(stack->end()));
   CpuRedispatch call(schema.name().c_str());
+  call.accept_accelerator_dtypes(facts.accelerator_dtypes);
 
   for (size_t i = 0; i < argument_count; ++i) {
     const c10::IValue& value = originals[i];
@@ -228,6 +239,8 @@ void run_with_facts(
       value = call.generator(original.toGenerator());
     } else if (original.isNone() && facts.optional_generator[i]) {
       value = call.generator(std::nullopt);
+    } else if (facts.dtype[i] && original.isInt()) {
+      value = static_cast<int64_t>(call.dtype_argument(static_cast<c10::ScalarType>(original.toInt())));
     } else {
       value = original;
     }
@@ -275,8 +288,9 @@ void reset_fallback_stats() {
 
 namespace {
 
-// `cpu_key` is the key of the CPU kernels that run: CPU, or SparseCPU when a sparse
-// tensor is among the arguments (sparse kernels also take the dense ones).
+// `cpu_key` is the key of the CPU kernels that run: CPU, or SparseCPU (SparseCsrCPU)
+// when a sparse COO (compressed) tensor is among the arguments (sparse kernels also
+// take the dense ones).
 void fallback_to(c10::DispatchKey cpu_key, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   static const FallbackMode mode = read_fallback_mode();
   bool first_call = false;
@@ -296,6 +310,14 @@ void fallback_to(c10::DispatchKey cpu_key, const c10::OperatorHandle& op, torch:
 
 void sparse_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   fallback_to(c10::DispatchKey::SparseCPU, op, stack);
+}
+
+void nested_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  fallback_to(c10::DispatchKey::NestedTensorCPU, op, stack);
+}
+
+void sparse_compressed_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  fallback_to(c10::DispatchKey::SparseCsrCPU, op, stack);
 }
 
 } // namespace
@@ -326,13 +348,16 @@ class DirectFallbacks {
     for (const c10::OperatorName& name : dispatcher.getAllOpNames()) {
       constexpr std::string_view kAtenPrefix = "aten::";
       std::optional<c10::OperatorHandle> op = dispatcher.findOp(name);
-      if (name.name.compare(0, kAtenPrefix.size(), kAtenPrefix) != 0 || !op.has_value() ||
-          !(op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) ||
-            op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional))) {
+      if (name.name.compare(0, kAtenPrefix.size(), kAtenPrefix) != 0 || !op.has_value()) {
         continue;
       }
+      const bool explicit_composite = op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) ||
+          op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional);
+      const bool implicit_composite = op->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd);
       for (const Target& target : kTargets) {
-        if (op->hasKernelForDispatchKey(target.cpu_key) && !op->hasKernelForDispatchKey(target.vdev_key)) {
+        const bool composite = explicit_composite || (target.over_implicit_composite && implicit_composite);
+        if (composite && op->hasKernelForDispatchKey(target.cpu_key) &&
+            !op->hasKernelForDispatchKey(target.vdev_key)) {
           families_[family_of(name)].ops.push_back(Op{name, &target, std::nullopt});
         }
       }
@@ -375,18 +400,28 @@ class DirectFallbacks {
   }
 
  private:
-  // The dense and the sparse COO counterparts: an op with a composite kernel and a
-  // CPU (SparseCPU) one gets the fallback for vdev (sparse vdev) tensors.
+  // The dense, sparse COO and sparse compressed counterparts: an op with a composite
+  // kernel and a CPU (SparseCPU, SparseCsrCPU) one gets the fallback for vdev tensors
+  // of that layout.
+  // Nested tensors also take the CPU's kernel over a CompositeImplicitAutograd one
+  // (linear, matmul): the composites use sizes nested tensors do not have, and
+  // autograd for nested tensors is AutogradNestedTensor's, which the CPU kernel
+  // already settles.
   struct Target {
     c10::DispatchKey cpu_key;
     c10::DispatchKey vdev_key;
     c10::KernelFunction (*fallback)();
+    bool over_implicit_composite;
   };
   static constexpr Target kTargets[] = {
       {c10::DispatchKey::CPU, c10::DispatchKey::PrivateUse1,
-       &c10::KernelFunction::makeFromBoxedFunction<&cpu_fallback>},
+       &c10::KernelFunction::makeFromBoxedFunction<&cpu_fallback>, false},
       {c10::DispatchKey::SparseCPU, c10::DispatchKey::SparsePrivateUse1,
-       &c10::KernelFunction::makeFromBoxedFunction<&sparse_cpu_fallback>},
+       &c10::KernelFunction::makeFromBoxedFunction<&sparse_cpu_fallback>, false},
+      {c10::DispatchKey::SparseCsrCPU, c10::DispatchKey::SparseCsrPrivateUse1,
+       &c10::KernelFunction::makeFromBoxedFunction<&sparse_compressed_cpu_fallback>, false},
+      {c10::DispatchKey::NestedTensorCPU, c10::DispatchKey::NestedTensorPrivateUse1,
+       &c10::KernelFunction::makeFromBoxedFunction<&nested_cpu_fallback>, true},
   };
 
   struct Op {
@@ -447,6 +482,28 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
 
 TORCH_LIBRARY_IMPL(_, SparsePrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&sparse_cpu_fallback>());
+}
+
+// Quantized tensors are deprecated in PyTorch 2.13 (quantize_per_tensor warns that they
+// will be removed): vdev has no quantized kernels, and says so instead of PyTorch's
+// generic "could not run" error.
+void refuse_quantized(const c10::OperatorHandle& op, torch::jit::Stack* /*stack*/) {
+  TORCH_CHECK_NOT_IMPLEMENTED(
+      false, kBackendName, " does not support quantized tensors: they are deprecated in PyTorch 2.13 ",
+      "and ", kBackendName, " has no quantized kernels (", full_name(op.schema()),
+      "). Dequantize first (tensor.dequantize()), or use low-precision dtypes such as float8_e4m3fn.");
+}
+
+TORCH_LIBRARY_IMPL(_, QuantizedPrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&refuse_quantized>());
+}
+
+TORCH_LIBRARY_IMPL(_, NestedTensorPrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&nested_cpu_fallback>());
+}
+
+TORCH_LIBRARY_IMPL(_, SparseCsrPrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&sparse_compressed_cpu_fallback>());
 }
 
 } // namespace vdev

@@ -3,7 +3,9 @@
 #include "amp/Autocast.h"
 #include "aten/BackendMeta.h"
 #include "aten/Fallback.h"
+#include "aten/SharedMemory.h"
 #include "aten/Tensor.h"
+#include "python/Distributed.h"
 #include "python/MemorySnapshot.h"
 #include "python/PythonKernel.h"
 #include "runtime/Allocator.h"
@@ -12,6 +14,7 @@
 #include "runtime/HostAllocator.h"
 #include "runtime/Stream.h"
 
+#include <torch/csrc/Dtype.h>
 #include <torch/csrc/Event.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/Exceptions.h>
@@ -164,7 +167,22 @@ PYBIND11_MODULE(_C, m) {
     }
     return ops;
   });
+  // The allocations of Inductor's generated Python wrappers: torch.empty_strided on a
+  // vdev device without torch's Python argument parsing, like torch's
+  // _empty_strided_cpu for CPU buffers.
+  m.def("empty_strided", [](c10::IntArrayRef sizes, c10::IntArrayRef strides, py::handle dtype, int index) {
+    TORCH_CHECK_TYPE(THPDtype_Check(dtype.ptr()), "dtype must be a torch.dtype");
+    const auto options = at::TensorOptions()
+                             .dtype(reinterpret_cast<THPDtype*>(dtype.ptr())->scalar_type)
+                             .device(vdev::make_device(to_index(index)));
+    return at::empty_strided(sizes, strides, options);
+  });
   m.def("is_vdev_tensor_impl", &vdev::has_vdev_tensor_impl);
+  m.def("share_device_memory", &vdev::share_device_memory);
+  m.def("tensor_from_shared_memory", [](int fd, size_t nbytes, int device) {
+    return vdev::tensor_from_shared_memory(fd, nbytes, to_index(device));
+  });
   vdev::bind_python_kernels(m);
+  vdev::bind_distributed(m);
   vdev::bind_memory_snapshot(m);
 }

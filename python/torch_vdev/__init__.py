@@ -52,6 +52,15 @@ def _register_backend() -> None:
 
     torch._register_device_module(BACKEND_NAME, api)
     torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
+    from . import distributed
+
+    distributed.register(BACKEND_NAME)
+    from . import multiprocessing
+
+    multiprocessing.register()
+    from . import _compiler_hooks
+
+    _compiler_hooks.install()
 
 
 def _drain_autograd_device_threads() -> None:

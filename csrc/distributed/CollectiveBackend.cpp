@@ -1,0 +1,476 @@
+#include "distributed/CollectiveBackend.h"
+
+#include "aten/Tensor.h"
+#include "distributed/StreamOrder.h"
+
+#include <torch_vdev/vdev.h>
+
+#include <ATen/Parallel.h>
+#include <ATen/core/ivalue.h>
+#include <c10/util/Exception.h>
+
+#include <mutex>
+#include <tuple>
+
+namespace vdev {
+
+namespace {
+
+// The work of one collective: gloo's work on the aliases, seen through the vdev
+// tensors it produces. Its future is a vdev future (events on vdev streams), so
+// `then` callbacks and `wait()` follow stream order as CUDA futures do.
+class CollectiveWork final : public c10d::Work {
+ public:
+  CollectiveWork(
+      c10::intrusive_ptr<c10d::Work> transport_work, std::vector<at::Tensor> results,
+      std::function<void()> on_completion, c10::DeviceIndex device, int rank)
+      : c10d::Work(rank, transport_work->retrieveOpType()),
+        transport_work_(std::move(transport_work)),
+        results_(std::move(results)),
+        completion_(std::make_shared<Completion>(std::move(on_completion))),
+        device_(device) {}
+
+  bool isCompleted() override {
+    if (!transport_work_->isCompleted()) {
+      return false;
+    }
+    if (transport_work_->isSuccess()) {
+      completion_->run();
+    }
+    return true;
+  }
+  bool isSuccess() const override {
+    return transport_work_->isSuccess();
+  }
+  std::exception_ptr exception() const override {
+    return transport_work_->exception();
+  }
+  int sourceRank() const override {
+    return transport_work_->sourceRank();
+  }
+  std::vector<at::Tensor> result() override {
+    return results_;
+  }
+  void synchronize() override {
+    wait(kNoTimeout);
+  }
+  // Blocks the host until gloo is done (its errors and timeouts surface here); the
+  // current stream's later work then runs after the collective.
+  bool wait(std::chrono::milliseconds timeout) override {
+    if (!transport_work_->wait(timeout)) {
+      return false;
+    }
+    completion_->run();
+    return true;
+  }
+  void abort() override {
+    transport_work_->abort();
+  }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
+    std::call_once(future_made_, [this] {
+      future_ = c10::make_intrusive<c10::ivalue::Future>(
+          c10::ListType::ofTensors(), std::vector<c10::Device>{make_device(device_)});
+      // The callbacks hold what they need, not this work: a work need not outlive
+      // its future.
+      auto complete = [future = future_, results = results_, completion = completion_](
+                          std::exception_ptr error) {
+        if (!error) {
+          try {
+            completion->run();
+          } catch (...) {
+            error = std::current_exception();
+          }
+        }
+        if (error) {
+          future->setError(error);
+        } else {
+          future->markCompleted(c10::IValue(results));
+        }
+      };
+      if (c10d::isP2POp(retrieveOpType())) {
+        // gloo's send and recv works have no future: a thread of the inter-op pool
+        // waits for them.
+        at::launch([transport_work = transport_work_, complete] {
+          try {
+            transport_work->wait();
+          } catch (...) {
+            complete(std::current_exception());
+            return;
+          }
+          complete(nullptr);
+        });
+        return;
+      }
+      transport_work_->getFuture()->addCallback(
+          [complete](c10::ivalue::Future& transport_future) {
+            complete(transport_future.hasError() ? transport_future.exception_ptr() : nullptr);
+          });
+    });
+    return future_;
+  }
+
+ private:
+  // What runs once on the results after gloo finished (the scaling of AVG and
+  // PREMUL_SUM), whichever of wait() and the future's callback comes first.
+  struct Completion {
+    explicit Completion(std::function<void()> fn) : fn(std::move(fn)) {}
+    void run() {
+      std::call_once(once, [this] {
+        if (fn) {
+          fn();
+        }
+      });
+    }
+    std::function<void()> fn;
+    std::once_flag once;
+  };
+
+  c10::intrusive_ptr<c10d::Work> transport_work_;
+  std::vector<at::Tensor> results_;
+  std::shared_ptr<Completion> completion_;
+  c10::DeviceIndex device_;
+  std::once_flag future_made_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+std::vector<at::Tensor> aliases(const std::vector<at::Tensor>& tensors) {
+  std::vector<at::Tensor> result;
+  result.reserve(tensors.size());
+  for (const at::Tensor& tensor : tensors) {
+    result.push_back(cpu_alias(tensor));
+  }
+  return result;
+}
+
+std::vector<std::vector<at::Tensor>> aliases(const std::vector<std::vector<at::Tensor>>& lists) {
+  std::vector<std::vector<at::Tensor>> result;
+  result.reserve(lists.size());
+  for (const std::vector<at::Tensor>& list : lists) {
+    result.push_back(aliases(list));
+  }
+  return result;
+}
+
+std::vector<at::Tensor> flattened(const std::vector<std::vector<at::Tensor>>& lists) {
+  std::vector<at::Tensor> result;
+  for (const std::vector<at::Tensor>& list : lists) {
+    result.insert(result.end(), list.begin(), list.end());
+  }
+  return result;
+}
+
+// An argument of a collective as gloo gets it: tensors as their CPU aliases, the
+// rest (options, ranks, split sizes) as they are.
+at::Tensor on_cpu(const at::Tensor& tensor) {
+  return cpu_alias(tensor);
+}
+std::vector<at::Tensor> on_cpu(const std::vector<at::Tensor>& tensors) {
+  return aliases(tensors);
+}
+std::vector<std::vector<at::Tensor>> on_cpu(const std::vector<std::vector<at::Tensor>>& lists) {
+  return aliases(lists);
+}
+template <typename Other>
+Other on_cpu(const Other& other) {
+  return other;
+}
+
+bool scaled_sum(const c10d::ReduceOp& op) {
+  return op == c10d::ReduceOp::AVG || op == c10d::ReduceOp::PREMUL_SUM;
+}
+
+// gloo has no AVG or PREMUL_SUM: they run as a SUM whose result `scaling` then scales.
+template <typename Options>
+Options as_gloo_options(const Options& opts) {
+  Options result = opts;
+  if (scaled_sum(opts.reduceOp)) {
+    result.reduceOp = c10d::ReduceOp(c10d::ReduceOp::SUM);
+  }
+  return result;
+}
+
+// What turns the SUM in `aliases` into `op`'s result, or nothing if gloo ran `op` itself.
+std::function<void()> scaling(
+    const c10d::ReduceOp& op, int group_size, std::vector<at::Tensor> aliases) {
+  if (op == c10d::ReduceOp::AVG) {
+    return [group_size, aliases = std::move(aliases)]() mutable {
+      for (at::Tensor& alias : aliases) {
+        if (c10::isIntegralType(alias.scalar_type(), /*includeBool=*/true)) {
+          alias.div_(group_size, "trunc");  // integer division, as NCCL's average
+        } else {
+          alias.div_(group_size);
+        }
+      }
+    };
+  }
+  if (op == c10d::ReduceOp::PREMUL_SUM) {
+    const auto* factor = dynamic_cast<const c10d::PreMulSumSupplement*>(op.supplement_.get());
+    TORCH_CHECK(
+        factor != nullptr, kCollectiveBackendName,
+        ": PREMUL_SUM needs a factor (torch.distributed._make_nccl_premul_sum)");
+    at::Tensor tensor_factor =
+        factor->tensor_factor.defined() ? as_cpu(factor->tensor_factor) : at::Tensor();
+    double double_factor = factor->double_factor;
+    return [tensor_factor, double_factor, aliases = std::move(aliases)]() mutable {
+      for (at::Tensor& alias : aliases) {
+        if (tensor_factor.defined()) {
+          alias.mul_(tensor_factor);
+        } else {
+          alias.mul_(double_factor);
+        }
+      }
+    };
+  }
+  return nullptr;
+}
+
+} // namespace
+
+CollectiveBackend::CollectiveBackend(c10::intrusive_ptr<c10d::Backend> transport)
+    : c10d::Backend(transport->getRank(), transport->getSize()),
+      transport_(std::move(transport)) {
+  init();
+}
+
+const std::string CollectiveBackend::getBackendName() const {
+  return kCollectiveBackendName;
+}
+
+c10::intrusive_ptr<c10d::Backend::Options> CollectiveBackend::getBackendOptions() {
+  return transport_->getBackendOptions();
+}
+
+void CollectiveBackend::setTimeout(std::chrono::milliseconds timeout) {
+  transport_->setTimeout(timeout);
+}
+
+void CollectiveBackend::setGroupUid(const std::string& pg_uid) {
+  c10d::Backend::setGroupUid(pg_uid);
+  transport_->setGroupUid(pg_uid);
+}
+
+void CollectiveBackend::setSequenceNumberForGroup() {
+  transport_->setSequenceNumberForGroup();
+}
+
+uint64_t CollectiveBackend::getSequenceNumberForGroup() {
+  return transport_->getSequenceNumberForGroup();
+}
+
+void CollectiveBackend::abort() {
+  transport_->abort();
+}
+
+void CollectiveBackend::shutdown() {
+  transport_->shutdown();
+}
+
+template <typename Method, typename... Args>
+c10::intrusive_ptr<c10d::Work> CollectiveBackend::on_gloo(Method method, const Args&... args) {
+  auto cpu_args = std::make_tuple(on_cpu(args)...);
+  return std::apply(
+      [&](auto&... cpu) { return (transport_.get()->*method)(cpu...); }, cpu_args);
+}
+
+c10::DeviceIndex CollectiveBackend::call_device(
+    const char* op, std::vector<c10::ArrayRef<at::Tensor>> groups) const {
+  std::optional<c10::Device> device;
+  for (c10::ArrayRef<at::Tensor> group : groups) {
+    for (const at::Tensor& tensor : group) {
+      TORCH_CHECK(tensor.defined(), kCollectiveBackendName, " ", op, ": got an undefined tensor");
+      TORCH_CHECK(
+          is_vdev(tensor), kCollectiveBackendName, " ", op, ": expected ", kBackendName, " tensors but got a tensor on ",
+          tensor.device(), "; communicate CPU tensors with a CPU backend (for example "
+          "init_process_group(\"cpu:gloo,", kBackendName, ":", kCollectiveBackendName, "\"))");
+      if (!device) {
+        device = tensor.device();
+      }
+      TORCH_CHECK(
+          tensor.device() == *device, kCollectiveBackendName, " ", op, ": expected all tensors on one device, but found ",
+          *device, " and ", tensor.device());
+    }
+  }
+  TORCH_CHECK(device.has_value(), kCollectiveBackendName, " ", op, ": got no tensors");
+  std::optional<at::Device> bound = getBoundDeviceId();
+  TORCH_CHECK(
+      !bound.has_value() || bound->type() != kDeviceType || !bound->has_index() ||
+          *bound == *device,
+      kCollectiveBackendName, " ", op, ": tensor on ", *device, " but this process group is bound to ", *bound);
+  return device->index();
+}
+
+c10::intrusive_ptr<c10d::Work> CollectiveBackend::run(
+    c10::DeviceIndex device, std::vector<at::Tensor> results,
+    const std::function<c10::intrusive_ptr<c10d::Work>()>& launch,
+    std::function<void()> on_completion) {
+  c10::intrusive_ptr<c10d::Work> transport_work;
+  run_in_stream_order(device, [&] { transport_work = launch(); });
+  return c10::make_intrusive<CollectiveWork>(
+      std::move(transport_work), std::move(results), std::move(on_completion), device, rank_);
+}
+
+c10::intrusive_ptr<c10d::Work> CollectiveBackend::broadcast(
+    std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) {
+  return run(call_device("broadcast", {tensors}), tensors,
+             [&] { return on_gloo(&c10d::Backend::broadcast, tensors, opts); });
+}
+
+// Reductions run gloo's reduction with `as_gloo_options` and scale their results
+// (aliases of the same memory) for AVG and PREMUL_SUM.
+c10::intrusive_ptr<c10d::Work> CollectiveBackend::allreduce(
+    std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
+  return run(
+      call_device("all_reduce", {tensors}), tensors,
+      [&] { return on_gloo(&c10d::Backend::allreduce, tensors, as_gloo_options(opts)); },
+      scaling(opts.reduceOp, size_, aliases(tensors)));
+}
+
+c10::intrusive_ptr<c10d::Work> CollectiveBackend::allreduce_coalesced(
+    std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
+  return run(
+      call_device("all_reduce_coalesced", {tensors}), tensors,
+      [&] { return on_gloo(&c10d::Backend::allreduce_coalesced, tensors, as_gloo_options(opts)); },
+      scaling(opts.reduceOp, size_, aliases(tensors)));
+}
+
+c10::intrusive_ptr<c10d::Work> CollectiveBackend::reduce(
+    std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
+  // Only the root's tensors hold the result.
+  return run(
+      call_device("reduce", {tensors}), tensors,
+      [&] { return on_gloo(&c10d::Backend::reduce, tensors, as_gloo_options(opts)); },
+      rank_ == opts.rootRank ? scaling(opts.reduceOp, size_, aliases(tensors)) : nullptr);
+}
+
+c10::intrusive_ptr<c10d::Work> CollectiveBackend::allgather(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& opts) {
+  std::vector<at::Tensor> results = flattened(outputs);
+  c10::DeviceIndex device = call_device("all_gather", {inputs, results});
+  return run(device, std::move(results),
+             [&] { return on_gloo(&c10d::Backend::allgather, outputs, inputs, opts); });
+}
+
+c10::intrusive_ptr<c10d::Work> CollectiveBackend::_allgather_base(
+    at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) {
+  return run(call_device("all_gather_into_tensor", {output, input}), {output},
+             [&] { return on_gloo(&c10d::Backend::_allgather_base, output, input, opts); });
+}
+
+c10::intrusive_ptr<c10d::Work> CollectiveBackend::allgather_coalesced(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& opts) {
+  std::vector<at::Tensor> results = flattened(outputs);
+  c10::DeviceIndex device = call_device("all_gather_coalesced", {inputs, results});
+  return run(device, std::move(results),
+             [&] { return on_gloo(&c10d::Backend::allgather_coalesced, outputs, inputs, opts); });
+}
+
+c10::intrusive_ptr<c10d::Work> CollectiveBackend::allgather_into_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& opts) {
+  return run(call_device("all_gather_into_tensor_coalesced", {outputs, inputs}), outputs, [&] {
+    return on_gloo(&c10d::Backend::allgather_into_tensor_coalesced, outputs, inputs, opts);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> CollectiveBackend::gather(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::GatherOptions& opts) {
+  std::vector<at::Tensor> results = flattened(outputs);
+  c10::DeviceIndex device = call_device("gather", {inputs, results});
+  return run(device, std::move(results),
+             [&] { return on_gloo(&c10d::Backend::gather, outputs, inputs, opts); });
+}
+
+c10::intrusive_ptr<c10d::Work> CollectiveBackend::scatter(
+    std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+    const c10d::ScatterOptions& opts) {
+  return run(call_device("scatter", {outputs, flattened(inputs)}), outputs,
+             [&] { return on_gloo(&c10d::Backend::scatter, outputs, inputs, opts); });
+}
+
+c10::intrusive_ptr<c10d::Work> CollectiveBackend::reduce_scatter(
+    std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  return run(
+      call_device("reduce_scatter", {outputs, flattened(inputs)}), outputs,
+      [&] { return on_gloo(&c10d::Backend::reduce_scatter, outputs, inputs, as_gloo_options(opts)); },
+      scaling(opts.reduceOp, size_, aliases(outputs)));
+}
+
+c10::intrusive_ptr<c10d::Work> CollectiveBackend::_reduce_scatter_base(
+    at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
+  return run(
+      call_device("reduce_scatter_tensor", {output, input}), {output},
+      [&] {
+        return on_gloo(&c10d::Backend::_reduce_scatter_base, output, input, as_gloo_options(opts));
+      },
+      scaling(opts.reduceOp, size_, {cpu_alias(output)}));
+}
+
+c10::intrusive_ptr<c10d::Work> CollectiveBackend::reduce_scatter_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  return run(
+      call_device("reduce_scatter_tensor_coalesced", {outputs, inputs}), outputs,
+      [&] {
+        return on_gloo(
+            &c10d::Backend::reduce_scatter_tensor_coalesced, outputs, inputs, as_gloo_options(opts));
+      },
+      scaling(opts.reduceOp, size_, aliases(outputs)));
+}
+
+c10::intrusive_ptr<c10d::Work> CollectiveBackend::alltoall_base(
+    at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_split_sizes,
+    std::vector<int64_t>& input_split_sizes, const c10d::AllToAllOptions& opts) {
+  return run(call_device("all_to_all_single", {output, input}), {output}, [&] {
+    return on_gloo(
+        &c10d::Backend::alltoall_base, output, input, output_split_sizes, input_split_sizes, opts);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> CollectiveBackend::alltoall(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllToAllOptions& opts) {
+  return run(call_device("all_to_all", {outputs, inputs}), outputs,
+             [&] { return on_gloo(&c10d::Backend::alltoall, outputs, inputs, opts); });
+}
+
+c10::intrusive_ptr<c10d::Work> CollectiveBackend::send(
+    std::vector<at::Tensor>& tensors, int dst_rank, int tag) {
+  return run(call_device("send", {tensors}), tensors,
+             [&] { return on_gloo(&c10d::Backend::send, tensors, dst_rank, tag); });
+}
+
+c10::intrusive_ptr<c10d::Work> CollectiveBackend::recv(
+    std::vector<at::Tensor>& tensors, int src_rank, int tag) {
+  return run(call_device("recv", {tensors}), tensors,
+             [&] { return on_gloo(&c10d::Backend::recv, tensors, src_rank, tag); });
+}
+
+c10::intrusive_ptr<c10d::Work> CollectiveBackend::recvAnysource(
+    std::vector<at::Tensor>& tensors, int tag) {
+  return run(call_device("recv", {tensors}), tensors,
+             [&] { return on_gloo(&c10d::Backend::recvAnysource, tensors, tag); });
+}
+
+c10::intrusive_ptr<c10d::Work> CollectiveBackend::barrier(const c10d::BarrierOptions& opts) {
+  // gloo's barrier exchanges no tensors; it still follows the stream of the barrier's
+  // device (the current device unless one is given).
+  c10::DeviceIndex device =
+      opts.device.has_value() && opts.device->type() == kDeviceType && opts.device->has_index()
+      ? opts.device->index()
+      : current_device();
+  c10d::BarrierOptions gloo_opts = opts;
+  gloo_opts.device = std::nullopt;
+  return run(device, {}, [&] { return transport_->barrier(gloo_opts); });
+}
+
+void CollectiveBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {
+  c10d::BarrierOptions gloo_opts = opts;
+  gloo_opts.device = std::nullopt;
+  transport_->monitoredBarrier(gloo_opts, wait_all_ranks);
+}
+
+} // namespace vdev

@@ -1,0 +1,19 @@
+#include "python/Distributed.h"
+
+#include "distributed/CollectiveBackend.h"
+
+namespace vdev {
+
+void bind_distributed(pybind11::module& module) {
+  module.attr("collective_backend_name") = kCollectiveBackendName;
+  // Takes and returns torch's own c10d Backend objects (torch_vdev._C shares torch's
+  // pybind11 internals, see CMakeLists.txt).
+  module.def(
+      "make_collective_backend",
+      [](c10::intrusive_ptr<c10d::Backend> transport) -> c10::intrusive_ptr<c10d::Backend> {
+        return c10::make_intrusive<CollectiveBackend>(std::move(transport));
+      },
+      pybind11::arg("transport"));
+}
+
+} // namespace vdev

@@ -1,0 +1,193 @@
+"""Accelerator dtypes: what CUDA's kernels take and the CPU's do not (op_db's
+dtypesIfCUDA beyond its CPU dtypes) works on vdev, returns the dtype an accelerator
+returns (the meta device's, which follows the accelerators' dtype rules) and the values
+of the op computed on the CPU in a wider dtype and cast back."""
+
+import pathlib
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch.testing._internal.common_methods_invocations import op_db
+from torch.utils._pytree import tree_flatten, tree_map
+
+DEVICE = torch._C._get_privateuse1_backend_name()
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+# The reference computes in these dtypes on the CPU.
+REFERENCE_DTYPE = {
+    torch.float16: torch.float32,
+    torch.bfloat16: torch.float32,
+    torch.complex32: torch.complex64,
+    torch.complex64: torch.complex128,
+    torch.bool: torch.uint8,
+    **{dtype: torch.float64 for dtype in (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)},
+}
+
+_FFT_HALF = "float16 FFTs: torch.fft's composite refuses half on devices other than CUDA before reaching vdev"
+_NANSUM_COMPLEX = "nansum has no complex CPU kernel in any width: needs a decomposition, not widening"
+NOT_YET = {
+    **{(op.full_name, torch.float16): _FFT_HALF for op in op_db if op.full_name.startswith("fft.")},
+    **{
+        (name, dtype): _NANSUM_COMPLEX
+        for name in ("nansum", "nanmean")
+        for dtype in (torch.complex32, torch.complex64, torch.complex128)
+    },
+}
+# CUDA-only kernels (no CPU kernel in any dtype): not accelerator dtypes of a CPU op.
+CUDA_ONLY = {"torch.ops.aten._flash_attention_forward", "torch.ops.aten._efficient_attention_forward"}
+
+
+def accelerator_cases():
+    return list(_accelerator_cases())
+
+
+def _accelerator_cases():
+    for op in op_db:
+        if op.full_name in CUDA_ONLY:
+            continue
+        for dtype in sorted(set(op.dtypesIf.get("cuda", op.dtypes)) - set(op.dtypes), key=str):
+            marks = ()
+            if (op.full_name, dtype) in NOT_YET:
+                marks = (pytest.mark.xfail(strict=True, reason=NOT_YET[(op.full_name, dtype)]),)
+            yield pytest.param(op, dtype, id=f"{op.full_name}-{str(dtype)[6:]}", marks=marks)
+
+
+def tolerance(dtype):
+    """16-bit results of composites (hfft2: a c2c then a c2r transform) are rounded
+    in their dtype between steps, where the reference is not: a few of their ulps."""
+    if dtype in (torch.float16, torch.bfloat16, torch.complex32):
+        return {"rtol": 1e-2, "atol": 5e-2}
+    return {}
+
+
+def moved(tree, device, dtype=None, to=None):
+    def move(value):
+        if isinstance(value, torch.dtype):
+            return to if to is not None and value == dtype else value  # dtype= arguments
+        if not isinstance(value, torch.Tensor):
+            return value
+        value = value.detach()
+        return value.to(device, to) if to is not None and value.dtype == dtype else value.to(device)
+
+    return tree_map(move, tree)
+
+
+def tensors(tree):
+    return [t for t in tree_flatten(tree)[0] if isinstance(t, torch.Tensor)]
+
+
+def cpu_reference(op, parts, dtype):
+    """The op on the CPU in `dtype` where the CPU kernels take it (vdev runs them as
+    they are), else in a wider dtype."""
+    for compute in (dtype, REFERENCE_DTYPE.get(dtype, dtype)):
+        args = moved(parts, "cpu", dtype, compute)
+        torch.manual_seed(0)
+        try:
+            return op(args[0], *args[1], **args[2])
+        except (NotImplementedError, RuntimeError):
+            if compute == REFERENCE_DTYPE.get(dtype, dtype):
+                raise
+
+
+@pytest.mark.parametrize("op, dtype", accelerator_cases())
+def test_accelerator_dtype_matches_cpu_in_a_wider_dtype(op, dtype):
+    samples = list(op.sample_inputs(DEVICE, dtype))
+    assert samples
+    for sample in samples:
+        parts = (sample.input, sample.args, sample.kwargs)
+        torch.manual_seed(0)
+        actual = op(sample.input, *sample.args, **sample.kwargs)
+        meta = moved(parts, "meta")
+        expected_dtypes = [t.dtype for t in tensors(op(meta[0], *meta[1], **meta[2]))]
+        reference = cpu_reference(op, parts, dtype)
+        assert [t.dtype for t in tensors(actual)] == expected_dtypes, sample.summary()
+        assert all(t.device.type == DEVICE for t in tensors(actual))
+        for got, want in zip(tensors(actual), tensors(reference)):
+            torch.testing.assert_close(
+                got.cpu(), want.to(got.dtype), equal_nan=True, msg=lambda m: f"{m}\n{sample.summary()}", **tolerance(got.dtype)
+            )
+
+
+def test_in_place_and_out_variants_write_back_in_the_accelerator_dtype():
+    x = torch.randn(6, dtype=torch.complex64).to(torch.complex32)
+    on_device = x.to(DEVICE)
+    alias = on_device
+    on_device.exp_()
+    expected = x.to(torch.complex64).exp().to(torch.complex32)
+    assert alias is on_device and on_device.dtype == torch.complex32
+    torch.testing.assert_close(on_device.cpu(), expected)
+    out = torch.empty(0, dtype=torch.int32, device=DEVICE)
+    values = torch.tensor([0, 3, 3, 1, 2], dtype=torch.int32)
+    result = torch.histc(values.to(DEVICE), bins=4, min=0, max=3, out=out)
+    assert result is out
+    assert out.cpu().tolist() == torch.histc(values.double(), bins=4, min=0, max=3).int().tolist()
+
+
+def test_table_is_generated_from_op_db():
+    check = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "generate_accelerator_dtypes.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert check.returncode == 0, check.stdout[-2000:] + check.stderr[-2000:]
+
+
+def test_off_switch_takes_only_what_the_cpu_takes(run_in_subprocess):
+    code = (
+        "import torch\n"
+        "x = torch.tensor([1, 2], dtype=torch.int32, device='vdev')\n"
+        "try:\n    torch.histc(x, bins=2)\nexcept NotImplementedError as e:\n    print('refused', e)\n"
+    )
+    finished = run_in_subprocess(code, env={"VDEV_ACCELERATOR_DTYPES": "0"})
+    assert "refused" in finished.stdout and "histogram_cpu" in finished.stdout, finished.stderr
+
+
+class MoeBlock(torch.nn.Module):
+    """A Mixtral-style sparse mixture-of-experts block, with transformers' device branch:
+    expert load is counted with torch.histc on the integer expert indices except on
+    the CPU (and MPS), which cannot."""
+
+    def __init__(self, hidden=16, experts=4, top_k=2):
+        super().__init__()
+        self.top_k, self.experts = top_k, experts
+        self.gate = torch.nn.Linear(hidden, experts, bias=False)
+        self.w = torch.nn.ModuleList(torch.nn.Linear(hidden, hidden) for _ in range(experts))
+
+    def forward(self, x):
+        weights = torch.softmax(self.gate(x), dim=-1)
+        weights, chosen = torch.topk(weights, self.top_k, dim=-1)
+        weights = weights / weights.sum(dim=-1, keepdim=True)
+        if x.device.type in ("cpu", "mps"):
+            load = torch.bincount(chosen.flatten(), minlength=self.experts)
+        else:
+            load = torch.histc(chosen.int(), bins=self.experts, min=0, max=self.experts - 1)
+        out = torch.zeros_like(x)
+        for expert in range(self.experts):
+            if load[expert] == 0:
+                continue
+            token, slot = torch.where(chosen == expert)
+            out.index_add_(0, token, self.w[expert](x[token]) * weights[token, slot, None])
+        balance = (load.float() / load.sum()).square().sum()
+        return out, balance
+
+
+def test_mixture_of_experts_trains_as_on_cpu():
+    def train(device):
+        torch.manual_seed(0)
+        block = MoeBlock().to(device)
+        optimizer = torch.optim.SGD(block.parameters(), lr=0.1)
+        data = torch.randn(32, 16, generator=torch.Generator().manual_seed(1)).to(device)
+        losses = []
+        for _ in range(3):
+            out, balance = block(data)
+            loss = out.square().mean() + 0.01 * balance
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+        return losses
+
+    torch.testing.assert_close(train(DEVICE), train("cpu"))

@@ -1,0 +1,363 @@
+"""torch.compile on vdev: Dynamo's device interface, Inductor's C++ kernels on vdev
+memory (Python and C++ wrappers), and AOTInductor packages run from Python and C++.
+
+Every compiled result is compared with the same code run eagerly on vdev and on the
+CPU. Compiling is slow on small machines, so graphs are small and the compiled
+functions are shared within the module. Inductor's cache directory is a fresh one per
+test session (conftest.py), so the results do not depend on earlier runs.
+"""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torch_vdev
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "tests"))
+from models import TRAINING_STEPS  # noqa: E402
+from test_cpp import _build, _results  # noqa: E402
+
+VDEV = torch_vdev.BACKEND_NAME
+
+
+def _assert_close(actual: torch.Tensor, expected: torch.Tensor, **tolerances) -> None:
+    torch.testing.assert_close(actual.cpu(), expected.cpu(), **tolerances)
+
+
+def _check_against_eager(fn, *cpu_inputs, compile_options=None, **tolerances):
+    """Runs `fn` compiled on vdev and eagerly on vdev and on the CPU; returns the
+    compiled result after checking it against both."""
+    vdev_inputs = [x.to(VDEV) for x in cpu_inputs]
+    compiled = torch.compile(fn, fullgraph=True, **(compile_options or {}))(*vdev_inputs)
+    assert compiled.device.type == VDEV
+    _assert_close(compiled, fn(*vdev_inputs), **tolerances)
+    _assert_close(compiled, fn(*cpu_inputs), **tolerances)
+    return compiled
+
+
+# --- Dynamo ------------------------------------------------------------------------
+
+
+def test_dynamo_knows_the_vdev_device_interface():
+    from torch._dynamo.device_interface import get_interface_for_device
+
+    interface = get_interface_for_device(VDEV)
+    assert interface is get_interface_for_device(f"{VDEV}:1")
+    assert interface.device_count() == torch.vdev.device_count()
+    assert interface.Stream is torch.vdev.Stream and interface.Event is torch.vdev.Event
+    previous = interface.exchange_device(1)
+    assert torch.vdev.current_device() == 1
+    interface.maybe_exchange_device(previous)
+    assert torch.vdev.current_device() == previous
+    assert interface.get_raw_stream(0) == torch.vdev.current_stream(0).stream_id
+    assert interface.get_device_properties(0).total_memory == torch.vdev.get_device_properties(0).total_memory
+
+
+def test_synchronize_and_streams_inside_compiled_functions():
+    def fn(x):
+        torch.vdev.synchronize()
+        y = x * 2
+        torch.accelerator.synchronize()
+        with torch.vdev.stream(torch.vdev.current_stream()):
+            z = y + 1
+        return z.sum(0)
+
+    x = torch.randn(8, 4)
+    compiled = torch.compile(fn)(x.to(VDEV))
+    _assert_close(compiled, (x * 2 + 1).sum(0))
+
+
+# --- Inductor: generated C++ kernels on vdev memory ----------------------------------
+
+
+def test_pointwise_chain():
+    _check_against_eager(lambda x, y: (x.sin() * y + 1).relu().exp() - y.tanh(), torch.randn(64, 33), torch.randn(64, 33))
+
+
+def test_reductions():
+    def fn(x):
+        return x.sum(1), x.amax(0), x.mean(), x.var(1), x.argmax(1)
+
+    x = torch.randn(37, 129)
+    vdev_results = torch.compile(fn)(x.to(VDEV))
+    for compiled, eager_vdev, eager_cpu in zip(vdev_results, fn(x.to(VDEV)), fn(x)):
+        assert compiled.device.type == VDEV
+        _assert_close(compiled, eager_vdev)
+        _assert_close(compiled, eager_cpu)
+
+
+def test_fused_softmax():
+    _check_against_eager(lambda x: torch.softmax(x * 0.5, dim=-1) * 2, torch.randn(16, 257))
+
+
+def test_buffers_come_from_the_vdev_caching_allocator():
+    def fn(x):
+        return (x.exp() + 1).sum(0), x.cos()
+
+    x = torch.randn(256, 64, device=VDEV)
+    compiled = torch.compile(fn)
+    compiled(x)  # compiles
+    before = torch.vdev.memory_stats()["allocation.all.allocated"]
+    total, cosine = compiled(x)
+    # The outputs (and any intermediate buffer) were allocated by vdev's allocator.
+    assert torch.vdev.memory_stats()["allocation.all.allocated"] - before >= 2
+    assert total.device.type == cosine.device.type == VDEV
+    _assert_close(cosine, x.cpu().cos())
+
+
+def test_matmul_bias_activation_runs_vdev_matmul_kernel():
+    calls = []
+
+    def count_mm(*args, **kwargs):
+        calls.append(1)
+        return NotImplemented  # the op's own vdev kernel runs it
+
+    def fn(x, weight, bias):
+        return F.gelu(x @ weight + bias)
+
+    inputs = torch.randn(32, 48), torch.randn(48, 24), torch.randn(24)
+    with torch_vdev.kernels({torch.ops.aten.addmm: count_mm, torch.ops.aten.mm: count_mm}):
+        _check_against_eager(fn, *inputs, rtol=1e-5, atol=1e-5)
+    assert calls, "the compiled matmul did not reach vdev's kernel"
+
+
+def test_custom_vdev_op_runs_as_an_extern_kernel():
+    def fn(x, y):
+        return torch.ops.vdev.scaled_add(x.relu(), y, alpha=0.5).sigmoid()
+
+    x, y = torch.randn(10, 7), torch.randn(10, 7)
+    vdev_inputs = (x.to(VDEV), y.to(VDEV))
+    compiled = torch.compile(fn, fullgraph=True)(*vdev_inputs)
+    _assert_close(compiled, fn(*vdev_inputs))
+    _assert_close(compiled, (x.relu() + 0.5 * y).sigmoid())
+
+
+def test_dynamic_shapes():
+    def fn(x):
+        return (x * x.sum(-1, keepdim=True)).softmax(-1)
+
+    explicit = torch.compile(fn, dynamic=True)
+    automatic = torch.compile(fn)  # recompiles with dynamic sizes on the second size
+    for rows, columns in ((4, 8), (9, 8), (5, 31)):
+        x = torch.randn(rows, columns)
+        for compiled in (explicit, automatic):
+            result = compiled(x.to(VDEV))
+            assert result.shape == (rows, columns) and result.device.type == VDEV
+            _assert_close(result, fn(x))
+
+
+def test_max_autotune_no_cudagraphs():
+    _check_against_eager(
+        lambda x, w: torch.relu(x @ w) + 1,
+        torch.randn(16, 32),
+        torch.randn(32, 8),
+        compile_options={"mode": "max-autotune-no-cudagraphs"},
+        rtol=1e-5,
+        atol=1e-5,
+    )
+
+
+def test_autocast_inside_compiled_function():
+    def fn(x, w):
+        with torch.autocast(VDEV, dtype=torch.bfloat16):
+            product = x @ w
+            return product, product.float().softmax(-1)
+
+    x, w = torch.randn(8, 16, device=VDEV), torch.randn(16, 4, device=VDEV)
+    compiled = torch.compile(fn)(x, w)
+    eager = fn(x, w)
+    assert compiled[0].dtype == eager[0].dtype == torch.bfloat16
+    for actual, expected in zip(compiled, eager):
+        _assert_close(actual, expected)
+
+
+def test_two_vdev_devices_and_cpu_moves():
+    def fn(a, b, host):
+        on_a = a.sin() + b.to(a.device) + host.to(a.device)
+        return on_a, (b * 2).cos(), on_a.sum().cpu()
+
+    a, b, host = torch.randn(6, 5), torch.randn(6, 5), torch.randn(6, 5)
+    first, second, total = torch.compile(fn)(a.to(f"{VDEV}:0"), b.to(f"{VDEV}:1"), host)
+    assert first.device == torch.device(VDEV, 0)
+    assert second.device == torch.device(VDEV, 1)
+    assert total.device.type == "cpu"
+    _assert_close(first, a.sin() + b + host)
+    _assert_close(second, (b * 2).cos())
+    _assert_close(total, (a.sin() + b + host).sum())
+
+
+def test_compiled_dropout_draws_like_compiled_cpu():
+    # Inductor generates its own random numbers (not eager's); seeded alike, vdev draws
+    # what the CPU draws, since a vdev generator keeps a CPU generator's state.
+    def fn(x):
+        return F.dropout(x, 0.5, training=True) * 3
+
+    x = torch.randn(64, 96)
+    results = {}
+    for device in ("cpu", VDEV):
+        torch.manual_seed(7)
+        results[device] = torch.compile(fn)(x.to(device))
+    kept = results["cpu"] != 0
+    assert 0.3 < kept.float().mean() < 0.7
+    _assert_close(results[VDEV], results["cpu"])
+
+
+def test_reduce_overhead_warns_that_vdev_has_no_graphs():
+    def fn(x):
+        return x.tan() * 5 + x
+
+    x = torch.randn(16, device=VDEV)
+    with pytest.warns(UserWarning, match=r"vdev has no graph capture.*max-autotune-no-cudagraphs"):
+        result = torch.compile(fn, mode="reduce-overhead")(x)
+    assert result.device.type == VDEV
+    _assert_close(result, fn(x.cpu()))
+
+
+# --- Training: forward, backward and optimizer step compiled --------------------------
+
+
+def _losses(step, count=3):
+    return torch.stack([step().detach().cpu() for _ in range(count)])
+
+
+# Compiled dropout draws its masks with Inductor's own random numbers, not eager's:
+# those steps are checked against the same step compiled on the CPU, seeded alike.
+DROPOUT_STEPS = {"mlp", "transformer"}
+
+
+@pytest.mark.parametrize("name", sorted(TRAINING_STEPS))
+def test_compiled_training_step_matches_reference(name):
+    make_step = TRAINING_STEPS[name]
+    compiled_step = torch.compile(make_step(VDEV))
+    torch.manual_seed(1)  # the step's generators: vdev's here, the CPU's below
+    compiled_losses = _losses(compiled_step)
+    references = {}
+    if name in DROPOUT_STEPS:
+        compiled_cpu_step = torch.compile(make_step("cpu"))
+        torch.manual_seed(1)
+        references["compiled cpu"] = _losses(compiled_cpu_step)
+    else:
+        references["eager vdev"] = _losses(make_step(VDEV))
+        references["eager cpu"] = _losses(make_step("cpu"))
+    for reference in references.values():
+        _assert_close(compiled_losses, reference, rtol=1e-4, atol=1e-5)
+    assert compiled_losses[-1] < compiled_losses[0]
+
+
+def test_compiled_optimizer_step():
+    def train(device, compile_step):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(12, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3)).to(device)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=0.05)
+        step = torch.compile(optimizer.step) if compile_step else optimizer.step
+        inputs = torch.randn(20, 12).to(device)
+        for _ in range(3):
+            optimizer.zero_grad()
+            model(inputs).square().mean().backward()
+            step()
+        return [parameter.detach().cpu() for parameter in model.parameters()]
+
+    compiled = train(VDEV, compile_step=True)
+    for reference in (train(VDEV, compile_step=False), train("cpu", compile_step=False)):
+        for actual, expected in zip(compiled, reference):
+            _assert_close(actual, expected, rtol=1e-4, atol=1e-5)
+
+
+# --- C++ wrapper and AOTInductor ---------------------------------------------------
+
+
+class SmallNet(torch.nn.Module):
+    """Matmuls, a convolution and vdev's own operator: extern kernels, around fused C++ kernels."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(2, 4, 3, padding=1)
+        self.linear = torch.nn.Linear(4 * 6 * 6, 10)
+
+    def forward(self, x):
+        features = F.silu(self.conv(x)).flatten(1)
+        logits = self.linear(features)
+        return torch.ops.vdev.scaled_add(logits, logits.softmax(-1), alpha=2.0)
+
+
+@pytest.fixture(scope="module")
+def small_net():
+    torch.manual_seed(3)
+    model = SmallNet().eval()
+    inputs = torch.randn(5, 2, 6, 6)
+    with torch.no_grad():
+        expected = model(inputs)
+    return model, inputs, expected
+
+
+def test_cpp_wrapper(small_net):
+    model, inputs, expected = small_net
+    vdev_model = SmallNet().to(VDEV).eval()
+    vdev_model.load_state_dict(model.state_dict())
+    with torch.no_grad(), torch._inductor.config.patch(cpp_wrapper=True):
+        result = torch.compile(vdev_model)(inputs.to(VDEV))
+        eager = vdev_model(inputs.to(VDEV))
+    assert result.device.type == VDEV
+    _assert_close(result, eager, rtol=1e-5, atol=1e-5)
+    _assert_close(result, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def aoti_package(small_net, tmp_path_factory):
+    model, inputs, _ = small_net
+    vdev_model = SmallNet().to(VDEV).eval()
+    vdev_model.load_state_dict(model.state_dict())
+    exported = torch.export.export(vdev_model, (inputs.to(VDEV),))
+    path = tmp_path_factory.mktemp("aoti") / "small_net.pt2"
+    return torch._inductor.aoti_compile_and_package(
+        exported,
+        package_path=str(path),
+        inductor_configs={"aot_inductor.package_constants_in_so": False},
+    )
+
+
+def _weights(package, model: torch.nn.Module, device: str) -> dict:
+    state = model.state_dict()
+    return {name: state[name].to(device) for name in package.get_constant_fqns()}
+
+
+def test_aoti_package_runs_on_vdev_from_python(small_net, aoti_package):
+    model, inputs, expected = small_net
+    loaded = torch._inductor.aoti_load_package(aoti_package)
+    loaded.load_constants(_weights(loaded, model, VDEV), check_full_update=True, user_managed=True)
+    result = loaded(inputs.to(VDEV))
+    assert result.device == torch.device(VDEV, 0)
+    _assert_close(result, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_aoti_refuses_to_package_vdev_weights_with_a_clear_error(small_net):
+    model, inputs, _ = small_net
+    vdev_model = SmallNet().to(VDEV).eval()
+    exported = torch.export.export(vdev_model, (inputs.to(VDEV),))
+    with pytest.raises(Exception, match=r"package_constants_in_so': False"):
+        torch._inductor.aoti_compile_and_package(exported)
+
+
+def test_aoti_package_runs_on_vdev_from_cpp(small_net, aoti_package, tmp_path_factory):
+    model, inputs, expected = small_net
+    loaded = torch._inductor.aoti_load_package(aoti_package)
+    data = tmp_path_factory.mktemp("aoti_data")
+    tensors = dict(_weights(loaded, model, "cpu"), input=inputs)
+    with open(data / "tensors.txt", "w") as listing:
+        for name, tensor in tensors.items():
+            listing.write(" ".join([name, str(tensor.dim()), *map(str, tensor.shape)]) + "\n")
+            tensor.contiguous().numpy().tofile(data / f"{name}.bin")
+    program = _build(ROOT / "examples" / "aoti", tmp_path_factory.mktemp("aoti_example")) / "run_package"
+    result = subprocess.run([str(program), aoti_package, str(data)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    output = _results(result.stdout)
+    assert output["device"] == "vdev:0"
+    assert int(output["output_allocated_bytes"]) >= int(output["output_nbytes"]) > 0
+    values = torch.tensor([float(value) for value in output["output"].split(",")])
+    _assert_close(values, expected.flatten(), rtol=1e-4, atol=1e-5)

@@ -1,0 +1,617 @@
+"""torch.distributed on vdev: the vccl backend (csrc/distributed/, torch_vdev/distributed.py).
+
+Every collective runs on vdev tensors through vccl and on the same CPU tensors through
+gloo in the same process group ("cpu:gloo,vdev:vccl"); the results must be identical.
+Training (DDP, FSDP2, DTensor, ZeRO) on two processes must give the parameters of the
+same training run on CPU in one process. Worker processes are reused across the tests
+of a class (PyTorch's MultiProcContinuousTest); setups and faults get fresh ones
+(MultiProcessTestCase).
+"""
+
+import datetime
+import os
+import subprocess
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.testing._internal.common_distributed import MultiProcContinuousTest, MultiProcessTestCase
+from torch.testing._internal.common_utils import run_tests
+
+import torch_vdev
+
+VCCL = torch_vdev.distributed.BACKEND_NAME
+DEVICE = torch_vdev.BACKEND_NAME
+FLOATING = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+INTEGRAL = [torch.int8, torch.uint8, torch.int32, torch.int64]
+# gloo moves the bytes of these without computing on them.
+COPIED_ONLY = [torch.complex64, torch.bool]
+
+
+def device_of_rank(rank: int) -> torch.device:
+    # Each process is its own machine: ranks share device indices when there are
+    # more ranks than VDEV_DEVICE_COUNT.
+    return torch.device(DEVICE, rank % torch.vdev.device_count())
+
+
+def rank_data(rank: int, shape, dtype, device, salt: int = 0) -> torch.Tensor:
+    """Different values on each rank, small enough that sums and products stay exact."""
+    generator = torch.Generator().manual_seed(1000 * rank + salt)
+    if dtype.is_floating_point or dtype.is_complex:
+        values = torch.randint(-4, 5, shape, generator=generator).to(dtype)
+    elif dtype == torch.bool:
+        values = torch.randint(0, 2, shape, generator=generator).bool()
+    else:
+        low = 0 if dtype == torch.uint8 else -3
+        values = torch.randint(low, 4, shape, generator=generator).to(dtype)
+    return values.to(device)
+
+
+def flat(tensors):
+    for item in tensors:
+        if isinstance(item, (list, tuple)):
+            yield from flat(item)
+        elif item is not None:
+            yield item
+
+
+class VdevGroupTest(MultiProcContinuousTest):
+    """One process per rank, each on its own vdev device, in a "cpu:gloo,vdev:vccl" group."""
+
+    @classmethod
+    def device_type(cls) -> str:
+        return DEVICE
+
+    @classmethod
+    def _init_pg(cls, rank, world_size, rdvz_file):
+        device = device_of_rank(rank)
+        torch.vdev.set_device(device)
+        dist.init_process_group(
+            f"cpu:gloo,{DEVICE}:{VCCL}", rank=rank, world_size=world_size,
+            store=dist.FileStore(rdvz_file, world_size), device_id=device,
+            timeout=datetime.timedelta(seconds=60))
+
+    @property
+    def device(self) -> torch.device:
+        return device_of_rank(self.rank)
+
+    def assert_same_as_gloo(self, make, run):
+        """Runs `run` on the tensors `make(device)` returns, on CPU (gloo) and on vdev
+        (vccl), and checks every tensor ends up the same."""
+        cpu = make(torch.device("cpu"))
+        run(cpu)
+        on_device = make(self.device)
+        run(on_device)
+        for expected, actual in zip(flat(cpu), flat(on_device), strict=True):
+            self.assertEqual(actual.device, self.device)
+            torch.testing.assert_close(actual.cpu(), expected, rtol=0, atol=0)
+
+
+class CollectiveTests:
+    """Mixed into VdevGroupTest classes of several world sizes."""
+
+    def test_broadcast(self):
+        for dtype in FLOATING + INTEGRAL + COPIED_ONLY:
+            for src in range(self.world_size):
+                self.assert_same_as_gloo(
+                    lambda d: [rank_data(self.rank, (5, 3), dtype, d)],
+                    lambda t: dist.broadcast(t[0], src=src))
+
+    def test_all_reduce(self):
+        for dtype in FLOATING + INTEGRAL:
+            ops = [dist.ReduceOp.SUM, dist.ReduceOp.PRODUCT, dist.ReduceOp.MIN, dist.ReduceOp.MAX]
+            if not dtype.is_floating_point:
+                ops += [dist.ReduceOp.BAND, dist.ReduceOp.BOR, dist.ReduceOp.BXOR]
+            for op in ops:
+                self.assert_same_as_gloo(
+                    lambda d: [rank_data(self.rank, (7,), dtype, d), rank_data(self.rank, (2, 3), dtype, d, 1)],
+                    lambda t: [dist.all_reduce(x, op=op) for x in t])
+
+    def test_all_reduce_avg_and_premul_sum(self):
+        # gloo has neither: the reference is gloo's SUM, divided or multiplied on CPU.
+        factor = 0.25
+        for dtype in [torch.float32, torch.float64, torch.bfloat16, torch.int64]:
+            expected = rank_data(self.rank, (6,), dtype, "cpu")
+            dist.all_reduce(expected)
+            average = rank_data(self.rank, (6,), dtype, self.device)
+            dist.all_reduce(average, op=dist.ReduceOp.AVG)
+            if dtype.is_floating_point:
+                torch.testing.assert_close(average.cpu(), expected / self.world_size, rtol=0, atol=0)
+                scaled = rank_data(self.rank, (6,), dtype, self.device)
+                dist.all_reduce(scaled, op=dist._make_nccl_premul_sum(factor))
+                torch.testing.assert_close(scaled.cpu(), expected * factor, rtol=0, atol=0)
+                scaled = rank_data(self.rank, (6,), dtype, self.device)
+                tensor_factor = torch.tensor(factor, dtype=dtype, device=self.device)
+                dist.all_reduce(scaled, op=dist._make_nccl_premul_sum(tensor_factor))
+                torch.testing.assert_close(scaled.cpu(), expected * factor, rtol=0, atol=0)
+            else:
+                torch.testing.assert_close(
+                    average.cpu(), torch.div(expected, self.world_size, rounding_mode="trunc"))
+        output = torch.empty(3, device=self.device)
+        inputs = rank_data(self.rank, (3 * self.world_size,), torch.float32, self.device)
+        dist.reduce_scatter_tensor(output, inputs, op=dist.ReduceOp.AVG)
+        expected = rank_data(self.rank, (3 * self.world_size,), torch.float32, "cpu")
+        dist.all_reduce(expected)
+        torch.testing.assert_close(
+            output.cpu(), (expected / self.world_size)[3 * self.rank:3 * self.rank + 3])
+
+    def test_reduce(self):
+        for dtype in [torch.float32, torch.float16, torch.int32, torch.uint8]:
+            for op in [dist.ReduceOp.SUM, dist.ReduceOp.MAX]:
+                dst = self.world_size - 1
+                self.assert_same_as_gloo(
+                    lambda d: [rank_data(self.rank, (9,), dtype, d)],
+                    lambda t: dist.reduce(t[0], dst=dst, op=op))
+        average = rank_data(self.rank, (4,), torch.float64, self.device)
+        dist.reduce(average, dst=0, op=dist.ReduceOp.AVG)
+        expected = rank_data(self.rank, (4,), torch.float64, "cpu")
+        dist.all_reduce(expected)
+        if self.rank == 0:
+            torch.testing.assert_close(average.cpu(), expected / self.world_size, rtol=0, atol=0)
+
+    def test_all_gather(self):
+        for dtype in FLOATING + INTEGRAL + COPIED_ONLY:
+            self.assert_same_as_gloo(
+                lambda d: [[torch.zeros(4, 2, dtype=dtype, device=d) for _ in range(self.world_size)],
+                           rank_data(self.rank, (4, 2), dtype, d)],
+                lambda t: dist.all_gather(t[0], t[1]))
+            self.assert_same_as_gloo(
+                lambda d: [torch.zeros(4 * self.world_size, 2, dtype=dtype, device=d),
+                           rank_data(self.rank, (4, 2), dtype, d)],
+                lambda t: dist.all_gather_into_tensor(t[0], t[1]))
+
+    def test_gather_and_scatter(self):
+        for dtype in [torch.float32, torch.bfloat16, torch.int64, torch.bool]:
+            root = self.world_size - 1
+            self.assert_same_as_gloo(
+                lambda d: [[torch.zeros(3, dtype=dtype, device=d) for _ in range(self.world_size)]
+                           if self.rank == root else None,
+                           rank_data(self.rank, (3,), dtype, d)],
+                lambda t: dist.gather(t[1], t[0], dst=root))
+            self.assert_same_as_gloo(
+                lambda d: [torch.zeros(3, dtype=dtype, device=d),
+                           [rank_data(self.rank, (3,), dtype, d, r) for r in range(self.world_size)]
+                           if self.rank == root else None],
+                lambda t: dist.scatter(t[0], t[1], src=root))
+
+    def test_reduce_scatter(self):
+        for dtype in [torch.float32, torch.float64, torch.int32]:
+            for op in [dist.ReduceOp.SUM, dist.ReduceOp.MIN]:
+                self.assert_same_as_gloo(
+                    lambda d: [torch.zeros(2, 3, dtype=dtype, device=d),
+                               [rank_data(self.rank, (2, 3), dtype, d, r) for r in range(self.world_size)]],
+                    lambda t: dist.reduce_scatter(t[0], t[1], op=op))
+                self.assert_same_as_gloo(
+                    lambda d: [torch.zeros(2, 3, dtype=dtype, device=d),
+                               rank_data(self.rank, (2 * self.world_size, 3), dtype, d)],
+                    lambda t: dist.reduce_scatter_tensor(t[0], t[1], op=op))
+
+    def test_all_to_all(self):
+        n = self.world_size
+        for dtype in [torch.float32, torch.int64, torch.bool]:
+            self.assert_same_as_gloo(
+                lambda d: [[torch.zeros(2, dtype=dtype, device=d) for _ in range(n)],
+                           [rank_data(self.rank, (2,), dtype, d, r) for r in range(n)]],
+                lambda t: dist.all_to_all(t[0], t[1]))
+            self.assert_same_as_gloo(
+                lambda d: [torch.zeros(3 * n, dtype=dtype, device=d), rank_data(self.rank, (3 * n,), dtype, d)],
+                lambda t: dist.all_to_all_single(t[0], t[1]))
+        # Uneven splits: rank r sends r + 1 + j elements to rank j.
+        input_splits = [self.rank + 1 + j for j in range(n)]
+        output_splits = [r + 1 + self.rank for r in range(n)]
+        self.assert_same_as_gloo(
+            lambda d: [torch.zeros(sum(output_splits), 2, device=d),
+                       rank_data(self.rank, (sum(input_splits), 2), torch.float32, d)],
+            lambda t: dist.all_to_all_single(t[0], t[1], output_splits, input_splits))
+
+    def test_coalesced(self):
+        n = self.world_size
+
+        def coalesced_all_gather(t):
+            with dist._coalescing_manager(async_ops=True) as manager:
+                dist.all_gather_into_tensor(t[0], t[1])
+                dist.all_gather_into_tensor(t[2], t[3])
+            manager.wait()
+
+        def coalesced_reduce_scatter(t):
+            with dist._coalescing_manager(async_ops=True) as manager:
+                dist.reduce_scatter_tensor(t[0], t[1])
+                dist.reduce_scatter_tensor(t[2], t[3])
+            manager.wait()
+
+        self.assert_same_as_gloo(
+            lambda d: [torch.zeros(2 * n, device=d), rank_data(self.rank, (2,), torch.float32, d),
+                       torch.zeros(3 * n, dtype=torch.int64, device=d), rank_data(self.rank, (3,), torch.int64, d)],
+            coalesced_all_gather)
+        self.assert_same_as_gloo(
+            lambda d: [torch.zeros(2, device=d), rank_data(self.rank, (2 * n,), torch.float32, d),
+                       torch.zeros(3, device=d), rank_data(self.rank, (3 * n,), torch.float32, d, 1)],
+            coalesced_reduce_scatter)
+        self.assert_same_as_gloo(
+            lambda d: [rank_data(self.rank, (4,), torch.float64, d), rank_data(self.rank, (2, 2), torch.float64, d, 1)],
+            lambda t: dist.all_reduce_coalesced(t))
+
+    def test_point_to_point(self):
+        n = self.world_size
+        right, left = (self.rank + 1) % n, (self.rank - 1) % n
+
+        def ring_blocking(t):
+            # Even ranks send first, odd ranks receive first: no cycle of waits.
+            if self.rank % 2 == 0:
+                dist.send(t[0], right)
+                dist.recv(t[1], left)
+            else:
+                dist.recv(t[1], left)
+                dist.send(t[0], right)
+
+        def ring_async(t):
+            works = [dist.isend(t[0], right), dist.irecv(t[1], left)]
+            for work in works:
+                work.wait()
+
+        def ring_batched(t):
+            ops = [dist.P2POp(dist.isend, t[0], right), dist.P2POp(dist.irecv, t[1], left)]
+            for work in dist.batch_isend_irecv(ops):
+                work.wait()
+
+        for run in [ring_blocking, ring_async, ring_batched]:
+            self.assert_same_as_gloo(
+                lambda d: [rank_data(self.rank, (5,), torch.float32, d), torch.zeros(5, device=d)], run)
+        received = torch.zeros(3, device=self.device)
+        work = dist.irecv(received, left)
+        dist.isend(rank_data(self.rank, (3,), torch.float32, self.device), right).wait()
+        (value,) = work.get_future().wait()
+        self.assertEqual(value.device, self.device)
+        torch.testing.assert_close(value.cpu(), rank_data(left, (3,), torch.float32, "cpu"))
+
+    def test_async_work_and_future(self):
+        tensor = rank_data(self.rank, (8,), torch.float32, self.device)
+        expected = rank_data(self.rank, (8,), torch.float32, "cpu")
+        dist.all_reduce(expected)
+        work = dist.all_reduce(tensor, async_op=True)
+        doubled = work.get_future().then(lambda future: future.value()[0] * 2)
+        self.assertTrue(work.wait())
+        torch.testing.assert_close(tensor.cpu(), expected)
+        self.assertEqual(doubled.wait().device, self.device)
+        torch.testing.assert_close(doubled.wait().cpu(), expected * 2)
+        self.assertTrue(work.is_completed())
+        self.assertEqual(work.result()[0].data_ptr(), tensor.data_ptr())
+        # AVG's division is part of the work, whichever way it is waited for.
+        average = rank_data(self.rank, (8,), torch.float32, self.device)
+        (value,) = dist.all_reduce(average, op=dist.ReduceOp.AVG, async_op=True).get_future().wait()
+        torch.testing.assert_close(value.cpu(), expected / self.world_size)
+
+    def test_stream_order(self):
+        # Work queued on a side stream before the collective is what it reduces; work
+        # queued after wait() sees its result.
+        stream = torch.vdev.Stream()
+        with torch.vdev.stream(stream):
+            tensor = torch.full((4,), float(self.rank + 1), device=self.device)
+            tensor.mul_(2)
+            work = dist.all_reduce(tensor, async_op=True)
+            work.wait()
+            tensor.add_(1)
+        stream.synchronize()
+        total = sum(2.0 * (r + 1) for r in range(self.world_size))
+        torch.testing.assert_close(tensor.cpu(), torch.full((4,), total + 1))
+
+    def test_barriers(self):
+        dist.barrier()
+        dist.barrier(device_ids=[self.device.index])
+        # torch.distributed.monitored_barrier accepts only groups whose backend string
+        # is "gloo"; vccl's own monitored barrier is reached through the group.
+        backend = dist.group.WORLD._get_backend(self.device)
+        self.assertEqual(backend.name(), VCCL)
+        backend.monitored_barrier(datetime.timedelta(seconds=30), wait_all_ranks=True)
+
+    def test_new_group(self):
+        members = [0, self.world_size - 1]
+        group = dist.new_group(members)
+        vdev_only = dist.new_group(backend=VCCL)
+        if self.rank in members:
+            self.assert_same_as_gloo(
+                lambda d: [rank_data(self.rank, (4,), torch.float32, d)],
+                lambda t: dist.all_reduce(t[0], group=group))
+        tensor = rank_data(self.rank, (4,), torch.int64, self.device)
+        dist.all_reduce(tensor, group=vdev_only)
+        expected = rank_data(self.rank, (4,), torch.int64, "cpu")
+        dist.all_reduce(expected)
+        torch.testing.assert_close(tensor.cpu(), expected)
+        self.assertEqual(dist.get_backend(vdev_only), VCCL)
+        dist.destroy_process_group(vdev_only)
+        dist.destroy_process_group(group)
+
+    def test_object_collectives(self):
+        # On a vccl-only group the objects travel as vdev tensors.
+        vdev_only = dist.new_group(backend=VCCL)
+        for group in [None, vdev_only]:
+            gathered = [None] * self.world_size
+            dist.all_gather_object(gathered, {"rank": self.rank, "name": "x" * self.rank}, group=group)
+            self.assertEqual(gathered, [{"rank": r, "name": "x" * r} for r in range(self.world_size)])
+            objects = [self.rank, "from rank"] if self.rank == 1 else [None, None]
+            dist.broadcast_object_list(objects, src=1, group=group)
+            self.assertEqual(objects, [1, "from rank"])
+        dist.destroy_process_group(vdev_only)
+
+    def test_bad_input(self):
+        # Errors raised before any communication, on every rank alike.
+        other = torch.device(DEVICE, (self.device.index + 1) % torch.vdev.device_count())
+        output = [torch.zeros(2, device=self.device) for _ in range(self.world_size)]
+        output[-1] = torch.zeros(2)
+        with self.assertRaisesRegex(RuntimeError, f"expected {DEVICE} tensors but got a tensor on cpu"):
+            dist.all_gather(output, torch.ones(2, device=self.device))
+        if other != self.device:
+            with self.assertRaisesRegex(RuntimeError, f"tensor on {other} but this process group is bound to {self.device}"):
+                dist.all_reduce(torch.ones(2, device=other))
+        with self.assertRaisesRegex(RuntimeError, "expected all tensors on one device"):
+            dist.all_to_all(
+                [torch.zeros(1, device=self.device) for _ in range(self.world_size)],
+                [torch.zeros(1, device=other if other != self.device else "cpu") for _ in range(self.world_size)])
+        dist.barrier()
+
+
+class TestCollectivesTwoRanks(CollectiveTests, VdevGroupTest):
+    world_size = 2
+
+
+class TestCollectivesThreeRanks(CollectiveTests, VdevGroupTest):
+    world_size = 3
+
+
+def small_model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 4))
+
+
+class SmallModel(nn.Module):
+    """small_model(), with a layer the forward does not use if `with_unused_layer`
+    (which DDP's find_unused_parameters must find)."""
+
+    def __init__(self, with_unused_layer: bool):
+        super().__init__()
+        self.body = small_model()
+        if with_unused_layer:
+            self.unused = nn.Linear(2, 2)
+
+    def forward(self, inputs):
+        return self.body(inputs)
+
+
+def batch(step: int, world_size: int) -> torch.Tensor:
+    torch.manual_seed(100 + step)
+    return torch.randn(4 * world_size, 8)
+
+
+def train(model, optimizer, inputs_of_step, steps=3, forward=None):
+    for step in range(steps):
+        optimizer.zero_grad()
+        (forward or model)(inputs_of_step(step)).square().mean().backward()
+        optimizer.step()
+
+
+class TestTraining(VdevGroupTest):
+    """Two processes, each training on its half of every batch, against one CPU process
+    training on whole batches."""
+
+    world_size = 2
+
+    def reference(self, steps=3, optimizer=torch.optim.SGD, **kwargs):
+        model = small_model()
+        train(model, optimizer(model.parameters(), lr=0.1, **kwargs), lambda s: batch(s, self.world_size), steps)
+        return list(model.parameters())
+
+    def local_batch(self, step):
+        return batch(step, self.world_size).chunk(self.world_size)[self.rank].to(self.device)
+
+    def assert_parameters_equal(self, actual, expected):
+        for a, e in zip(actual, expected, strict=True):
+            self.assertEqual(a.device, self.device)
+            torch.testing.assert_close(a.detach().cpu(), e.detach(), rtol=1e-5, atol=1e-6)
+
+    def test_ddp(self):
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        expected = self.reference()
+        for options in [dict(bucket_cap_mb=0.0005), dict(find_unused_parameters=True), dict(static_graph=True),
+                        dict(gradient_as_bucket_view=True), dict(comm_hook=default_hooks.allreduce_hook)]:
+            comm_hook = options.pop("comm_hook", None)
+            unused = options.get("find_unused_parameters", False)
+            module = SmallModel(with_unused_layer=unused).to(self.device)
+            model = DDP(module, device_ids=[self.device.index], **options)
+            if comm_hook is not None:  # a Python hook: futures of vccl works, chained with then()
+                model.register_comm_hook(None, comm_hook)
+            train(model, torch.optim.SGD(model.parameters(), lr=0.1), self.local_batch)
+            self.assert_parameters_equal(module.body.parameters(), expected)
+            if unused:
+                self.assertIsNone(module.unused.weight.grad)
+
+    def test_ddp_no_sync(self):
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        # Gradients accumulated over two micro-batches without communication, then synced.
+        model = DDP(small_model().to(self.device))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        micro = self.local_batch(0).chunk(2)
+        with model.no_sync():
+            model(micro[0]).square().mean().backward()
+        model(micro[1]).square().mean().backward()
+        optimizer.step()
+        reference = small_model()
+        reference_optimizer = torch.optim.SGD(reference.parameters(), lr=0.1)
+        for part in range(2):
+            for rank in range(self.world_size):
+                inputs = batch(0, self.world_size).chunk(self.world_size)[rank].chunk(2)[part]
+                (reference(inputs).square().mean() / self.world_size).backward()
+        reference_optimizer.step()
+        self.assert_parameters_equal(model.module.parameters(), reference.parameters())
+
+    def test_fsdp2(self):
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+
+        expected = self.reference(optimizer=torch.optim.Adam)
+        mesh = init_device_mesh(DEVICE, (self.world_size,))
+        model = small_model().to(self.device)
+        for layer in model:
+            if isinstance(layer, nn.Linear):
+                fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        train(model, torch.optim.Adam(model.parameters(), lr=0.1), self.local_batch)
+        self.assert_parameters_equal([p.full_tensor() for p in model.parameters()], expected)
+
+    def test_dtensor(self):
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+        mesh = init_device_mesh(DEVICE, (self.world_size,))
+        self.assertEqual(mesh.device_type, DEVICE)
+        torch.manual_seed(0)
+        a, b = torch.randn(6, 4), torch.randn(4, 5)
+        sharded = distribute_tensor(a.to(self.device), mesh, [Shard(0)])
+        self.assertEqual(sharded.to_local().device, self.device)
+        product = sharded @ distribute_tensor(b.to(self.device), mesh, [Replicate()])
+        torch.testing.assert_close(product.full_tensor().cpu(), a @ b)
+        column_sharded = sharded.redistribute(mesh, [Shard(1)])
+        torch.testing.assert_close(column_sharded.full_tensor().cpu(), a)
+        torch.testing.assert_close(sharded.sum().full_tensor().cpu(), a.sum())
+
+    def test_zero_redundancy_optimizer(self):
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        expected = self.reference(optimizer=torch.optim.Adam)
+        model = DDP(small_model().to(self.device))
+        optimizer = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.Adam, lr=0.1)
+        train(model, optimizer, self.local_batch)
+        self.assert_parameters_equal(model.module.parameters(), expected)
+
+
+class FreshProcessesTest(MultiProcessTestCase):
+    """Fresh processes for each test: process group setups and faults."""
+
+    @property
+    def world_size(self) -> int:
+        return 2
+
+    def setUp(self):
+        super().setUp()
+        self._spawn_processes()
+
+    @property
+    def device(self) -> torch.device:
+        return device_of_rank(self.rank)
+
+    def init(self, backend=None, timeout=60, **kwargs):
+        torch.vdev.set_device(self.device)
+        dist.init_process_group(
+            backend, rank=self.rank, world_size=self.world_size,
+            store=dist.FileStore(self.file_name, self.world_size),
+            timeout=datetime.timedelta(seconds=timeout), **kwargs)
+
+    def summed(self) -> torch.Tensor:
+        tensor = torch.full((3,), float(self.rank + 1), device=self.device)
+        dist.all_reduce(tensor)
+        return tensor
+
+
+class TestSetup(FreshProcessesTest):
+    def test_selection_and_recreation(self):
+        """Each way of selecting vccl, one process group after the other in the same
+        processes (destroyed and created again)."""
+        # As with NCCL, a group for the device only has no CPU backend.
+        no_cpu_backend = "No backend type associated with device type cpu"
+        setups = [
+            (dict(device_id=self.device), VCCL, no_cpu_backend),  # the device picks vccl
+            (dict(), "undefined", no_cpu_backend),  # vdev is the accelerator
+            (dict(backend=f"cpu:gloo,{DEVICE}:{VCCL}"), f"cpu:gloo,{DEVICE}:{VCCL}", None),
+            (dict(backend=VCCL), VCCL, no_cpu_backend),
+        ]
+        self.assertEqual(torch.accelerator.current_accelerator().type, DEVICE)
+        for round_, (options, backend_name, cpu_error) in enumerate(setups):
+            # A FileStore's file is removed once every rank closed it: one per group.
+            self.file_name = f"{self.file_name}.{round_}"
+            self.init(**options)
+            self.assertEqual(dist.get_backend(), backend_name)
+            self.assertEqual(dist.group.WORLD._get_backend(self.device).name(), VCCL)
+            torch.testing.assert_close(self.summed().cpu(), torch.full((3,), 3.0))
+            cpu = torch.full((2,), float(self.rank))
+            if cpu_error is None:
+                dist.all_reduce(cpu)
+                torch.testing.assert_close(cpu, torch.full((2,), 1.0))
+            else:
+                with self.assertRaisesRegex(RuntimeError, cpu_error):
+                    dist.all_reduce(cpu)
+            dist.destroy_process_group()
+
+
+class TestFaults(FreshProcessesTest):
+    """A failing peer is an error within the group's timeout, never a hang."""
+
+    def test_peer_exits(self):
+        self.init(VCCL, timeout=20)
+        self.summed()
+        if self.rank == 1:
+            dist.destroy_process_group()
+            return
+        start = time.monotonic()
+        with self.assertRaises(RuntimeError):
+            for _ in range(3):
+                self.summed()
+        self.assertLess(time.monotonic() - start, 20)
+
+    def test_peer_hangs(self):
+        self.init(VCCL, timeout=3)
+        self.summed()
+        if self.rank == 1:
+            time.sleep(6)
+            return
+        start = time.monotonic()
+        with self.assertRaisesRegex(RuntimeError, "[Tt]imed out"):
+            self.summed()
+        self.assertLess(time.monotonic() - start, 6)
+
+    def test_mismatched_sizes_and_dtypes(self):
+        # gloo, like NCCL, does not compare collectives across ranks (gloo aborts the
+        # process on a size mismatch); as for NCCL, TORCH_DISTRIBUTED_DEBUG=DETAIL makes
+        # PyTorch check each collective's shapes and dtypes across ranks first.
+        dist.set_debug_level(dist.DebugLevel.DETAIL)
+        self.init(VCCL, timeout=10)
+        mismatched = [
+            torch.ones(4 + 4 * self.rank, device=self.device),
+            torch.ones(4, device=self.device, dtype=torch.float32 if self.rank == 0 else torch.float64),
+        ]
+        for tensor in mismatched:
+            with self.assertRaisesRegex(RuntimeError, "Detected mismatch between collectives on ranks"):
+                dist.all_reduce(tensor)
+        # The check ran before the collective: the group still works.
+        torch.testing.assert_close(self.summed().cpu(), torch.full((3,), 3.0))
+        dist.destroy_process_group()
+
+
+def test_torchrun_example_trains_as_on_cpu():
+    """`torchrun --nproc-per-node 2 examples/train_ddp.py` on vdev (vccl) and on CPU
+    (gloo) print the same losses; rank 0 shows tqdm's bar."""
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "train_ddp.py")
+
+    def run(*args):
+        process = subprocess.run(
+            [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", script, "--steps", "4", *args],
+            capture_output=True, text=True, timeout=300)
+        assert process.returncode == 0, process.stdout + process.stderr
+        return process
+
+    on_vdev, on_cpu = run(), run("--device", "cpu")
+    assert f"backend {VCCL}" in on_vdev.stdout
+    assert "4/4 [" in on_vdev.stderr
+    # "final loss L  (first F, mean over ranks, T s)": the losses, not the time.
+    final = [[line.split(", mean")[0] for line in p.stdout.splitlines() if line.startswith("final loss")]
+             for p in (on_vdev, on_cpu)]
+    assert len(final[0]) == 1 and final[0] == final[1]
+
+
+if __name__ == "__main__":
+    run_tests()

@@ -1,0 +1,147 @@
+"""vdev tensors shared between processes through torch.multiprocessing, as CUDA
+tensors are (torch_vdev/multiprocessing.py, csrc/aten/SharedMemory.cpp): the receiver
+gets a vdev tensor over the same device memory."""
+
+import os
+
+import torch
+import torch.multiprocessing as mp
+
+import torch_vdev
+
+DEVICE = torch_vdev.BACKEND_NAME
+
+
+def add_ten_and_report(tensor, results, done):
+    results.put((str(tensor.device), tensor.cpu()))
+    tensor.add_(10)
+    results.put("written")
+    done.wait()
+
+
+def report_later(tensors, results, sender_dropped_it):
+    tensor = tensors.get(timeout=60)
+    results.put("received")
+    sender_dropped_it.wait()
+    # A list, not a CPU tensor: this process exits next, and a shared CPU tensor needs
+    # its sender alive until it is received.
+    results.put(tensor.tolist())
+
+
+def train_steps(model, seed, steps):
+    # Hogwild: the steps update the parameters the parent process holds.
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    generator = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        inputs = torch.randn(8, 4, generator=generator).to(next(model.parameters()).device)
+        optimizer.zero_grad()
+        model(inputs).square().mean().backward()
+        optimizer.step()
+
+
+def test_spawned_process_writes_the_senders_device_memory():
+    context = mp.get_context("spawn")
+    tensor = torch.arange(6.0, device=f"{DEVICE}:1")
+    results, done = context.Queue(), context.Event()
+    process = context.Process(target=add_ten_and_report, args=(tensor[2:], results, done))
+    process.start()
+    device, values = results.get(timeout=60)
+    assert device == f"{DEVICE}:1"
+    torch.testing.assert_close(values, torch.arange(2.0, 6.0))
+    assert results.get(timeout=60) == "written"
+    torch.testing.assert_close(tensor.cpu(), torch.tensor([0.0, 1.0, 12.0, 13.0, 14.0, 15.0]))
+    done.set()
+    process.join(timeout=60)
+    assert process.exitcode == 0
+
+
+def test_memory_outlives_the_sender_dropping_it():
+    context = mp.get_context("spawn")
+    tensors, results, sender_dropped_it = context.Queue(), context.Queue(), context.Event()
+    process = context.Process(target=report_later, args=(tensors, results, sender_dropped_it))
+    process.start()
+    tensor = torch.full((1000,), 7.0, device=DEVICE)
+    tensors.put(tensor)
+    assert results.get(timeout=60) == "received"
+    del tensor
+    torch.vdev.empty_cache()
+    torch.full((1000,), -1.0, device=DEVICE)  # would reuse freed device memory
+    sender_dropped_it.set()
+    assert results.get(timeout=60) == [7.0] * 1000
+    process.join(timeout=60)
+
+
+def test_queue_round_trip_shares_memory_and_keeps_geometry():
+    context = mp.get_context("spawn")
+    queue = context.Queue()
+    base = torch.arange(12.0, device=DEVICE).reshape(3, 4)
+    view = base.t()[1:]
+    queue.put(view)
+    received = queue.get(timeout=60)
+    assert received.device == view.device and received.stride() == view.stride()
+    torch.testing.assert_close(received.cpu(), view.cpu())
+    received.mul_(-1)
+    expected = torch.arange(12.0).reshape(3, 4)
+    expected.t()[1:].mul_(-1)
+    torch.testing.assert_close(base.cpu(), expected)
+
+
+def test_hogwild_training_updates_the_parents_model():
+    context = mp.get_context("spawn")
+    torch.manual_seed(0)
+    reference = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    model.load_state_dict(reference.state_dict())
+    model = model.to(DEVICE)
+    model.share_memory()
+    for seed in range(2):  # one process after the other: the result is deterministic
+        process = context.Process(target=train_steps, args=(model, seed, 3))
+        process.start()
+        process.join(timeout=120)
+        assert process.exitcode == 0
+        train_steps(reference, seed, 3)
+    for actual, expected in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(actual.detach().cpu(), expected.detach())
+
+
+def test_cpu_tensors_keep_torchs_sharing():
+    context = mp.get_context("spawn")
+    queue = context.Queue()
+    tensor = torch.arange(4.0)
+    queue.put(tensor)
+    received = queue.get(timeout=60)
+    assert received.device.type == "cpu"
+    torch.testing.assert_close(received, tensor)
+
+
+def receive_or_report(tensors, results):
+    try:
+        results.put(("received", str(tensors.get(timeout=60).device)))
+    except Exception as error:  # noqa: BLE001 - the error is what the test checks
+        results.put(("error", f"{type(error).__name__}: {error}"))
+
+
+def test_a_receiver_that_cannot_map_the_memory_raises():
+    tensor = torch.ones(3, device=f"{DEVICE}:1")
+    torch.vdev.synchronize()  # vdev is initialised in this process before the fork
+    expected = {
+        "fork": "Cannot re-initialize vdev in forked subprocess",
+        "spawn": "Invalid device index 1 for vdev",  # the receiver has one device
+    }
+    for method, message in expected.items():
+        context = mp.get_context(method)
+        tensors, results = context.Queue(), context.Queue()
+        previous = os.environ.get("VDEV_DEVICE_COUNT")
+        os.environ["VDEV_DEVICE_COUNT"] = "1"  # read by the spawned process only
+        try:
+            process = context.Process(target=receive_or_report, args=(tensors, results))
+            process.start()
+        finally:
+            if previous is None:
+                del os.environ["VDEV_DEVICE_COUNT"]
+            else:
+                os.environ["VDEV_DEVICE_COUNT"] = previous
+        tensors.put(tensor)
+        kind, text = results.get(timeout=60)
+        assert kind == "error" and message in text, text
+        process.join(timeout=60)

@@ -1,0 +1,209 @@
+"""Generates csrc/aten/AcceleratorDtypes.inc, vdev's table of accelerator dtypes, from data.
+
+An OpInfo of PyTorch's op_db whose dtypesIfCUDA holds dtypes its CPU dtypes lack names
+an op CUDA runs in dtypes the CPU kernels reject. This script runs each such entry's
+samples in those dtypes on vdev under a dispatch mode. When an aten op fails there
+and fails on the CPU too, the mode looks for the first wider dtype (WIDER) whose CPU
+kernel takes the same call, records (op, dtype, wider dtype) and goes on with that
+result, so the ops after it are reached too. The rows become the table the CPU
+redispatch widens by (csrc/aten/AcceleratorDtypes.h); the script prints the entries,
+the dtypes they gain and those no wider CPU dtype rescues.
+
+    python tools/generate_accelerator_dtypes.py            # rewrites the table
+    python tools/generate_accelerator_dtypes.py --check    # exits 1 if it is stale
+"""
+
+import argparse
+import os
+import pathlib
+import sys
+import warnings
+
+os.environ["VDEV_ACCELERATOR_DTYPES"] = "0"  # discover from what the CPU kernels take
+
+import torch  # noqa: E402
+from torch.testing._internal.common_methods_invocations import op_db
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_map
+
+import torch_vdev  # noqa: F401
+
+DEVICE = torch._C._get_privateuse1_backend_name()
+TABLE = pathlib.Path(__file__).resolve().parent.parent / "csrc" / "aten" / "AcceleratorDtypes.inc"
+
+# Candidate compute dtypes, narrowest first.
+_INTEGERS = (torch.int64, torch.float64)
+WIDER = {
+    torch.float16: (torch.float32, torch.float64),
+    torch.bfloat16: (torch.float32, torch.float64),
+    torch.complex32: (torch.complex64, torch.complex128),
+    torch.complex64: (torch.complex128,),
+    torch.bool: (torch.uint8, torch.int64, torch.float32),
+    torch.uint8: _INTEGERS,
+    torch.int8: _INTEGERS,
+    torch.int16: _INTEGERS,
+    torch.int32: _INTEGERS,
+    torch.int64: (torch.float64,),
+}
+
+SCALAR_TYPE_NAMES = {
+    torch.float16: "Half",
+    torch.bfloat16: "BFloat16",
+    torch.float32: "Float",
+    torch.float64: "Double",
+    torch.complex32: "ComplexHalf",
+    torch.complex64: "ComplexFloat",
+    torch.complex128: "ComplexDouble",
+    torch.bool: "Bool",
+    torch.uint8: "Byte",
+    torch.int8: "Char",
+    torch.int16: "Short",
+    torch.int32: "Int",
+    torch.int64: "Long",
+}
+
+
+def accelerator_entries():
+    """(OpInfo, dtypes CUDA supports and the CPU does not), for every such entry."""
+    for op in op_db:
+        added = set(op.dtypesIf.get("cuda", op.dtypes)) - set(op.dtypes)
+        if added:
+            yield op, sorted(added, key=str)
+
+
+def narrowed_dtype(computed, original, compute):
+    """What vdev returns for a result the CPU computed in `computed` (as
+    narrowed_type in AcceleratorDtypes.cpp; here only to carry discovery on)."""
+    if computed == compute:
+        return original
+    if computed.is_complex and not compute.is_complex and compute.is_floating_point:
+        if computed == compute.to_complex() and original in (torch.float16, torch.float32, torch.float64):
+            return original.to_complex()
+    if compute.is_complex and computed == compute.to_real():
+        return original.to_real()
+    return computed
+
+
+class Discovery(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.rows = set()
+        self.rows_of_entry = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        try:
+            return func(*args, **kwargs)
+        except Exception as error:
+            widened = self.widen(func, args, kwargs)
+            if widened is None:
+                raise
+            return widened
+
+    def widen(self, func, args, kwargs):
+        tensors = [t for t in tree_flat((args, kwargs)) if isinstance(t, torch.Tensor) and t.device.type == DEVICE]
+        if not tensors:
+            return None
+        cpu_args, cpu_kwargs = tree_map(lambda v: v.cpu() if isinstance(v, torch.Tensor) else v, (args, kwargs))
+        try:
+            func(*cpu_args, **cpu_kwargs)
+            return None  # the CPU takes it: not a dtype the CPU lacks
+        except Exception:
+            pass
+        for dtype in dict.fromkeys(t.dtype for t in tensors):
+            for compute in WIDER.get(dtype, ()):
+                def cast(value):
+                    if isinstance(value, torch.Tensor) and value.dtype == dtype:
+                        return value.to(compute)
+                    return compute if value == dtype else value  # dtype= arguments too
+
+                wide_args, wide_kwargs = tree_map(cast, (cpu_args, cpu_kwargs))
+                try:
+                    result = func(*wide_args, **wide_kwargs)
+                except Exception:
+                    continue
+                self.rows.add((func.name(), dtype, compute))
+                self.rows_of_entry.add((func.name(), dtype, compute))
+                narrow = lambda v: (
+                    v.to(narrowed_dtype(v.dtype, dtype, compute)).to(DEVICE) if isinstance(v, torch.Tensor) else v
+                )
+                # Written arguments (in-place, out=) take the narrowed values back.
+                for original, wide in zip(tree_flat((args, kwargs)), tree_flat((wide_args, wide_kwargs))):
+                    if isinstance(original, torch.Tensor) and original.device.type == DEVICE and wide is not original:
+                        if isinstance(wide, torch.Tensor) and wide._version > 0:
+                            original.copy_(narrow(wide))
+                return tree_map(narrow, result)
+        return None
+
+
+def tree_flat(tree):
+    from torch.utils._pytree import tree_flatten
+
+    return tree_flatten(tree)[0]
+
+
+def discover():
+    """(table rows, {entry: (dtypes gained, dtypes still failing with their errors)})."""
+    mode = Discovery()
+    outcome = {}
+    for op, dtypes in accelerator_entries():
+        gained, failing = [], {}
+        mode.rows_of_entry = set()
+        for dtype in dtypes:
+            try:
+                with mode:
+                    for sample in op.sample_inputs(DEVICE, dtype):
+                        op(sample.input, *sample.args, **sample.kwargs)
+                gained.append(dtype)
+            except Exception as error:
+                failing[dtype] = f"{type(error).__name__}: {str(error).splitlines()[0]}"
+        outcome[op.full_name] = (gained, failing, sorted({name.partition(".")[0] for name, _, _ in mode.rows_of_entry}))
+    return mode.rows, outcome
+
+
+def render(rows):
+    lines = [
+        "// Generated by tools/generate_accelerator_dtypes.py from op_db: do not edit.",
+        "// {aten op (any overload), dtype its CPU kernel lacks and CUDA's takes, dtype it computes in}",
+    ]
+    families = {(name.partition(".")[0], dtype, compute) for name, dtype, compute in rows}
+    for family, dtype, compute in sorted(families, key=lambda row: (row[0], str(row[1]))):
+        lines.append(
+            f'{{"{family}", c10::ScalarType::{SCALAR_TYPE_NAMES[dtype]}, c10::ScalarType::{SCALAR_TYPE_NAMES[compute]}}},'
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if the table differs from op_db's")
+    parser.add_argument("--markdown", action="store_true", help="print README's table of entries instead")
+    options = parser.parse_args()
+    warnings.simplefilter("ignore")
+    rows, outcome = discover()
+    if options.markdown:
+        print("| OpInfo | dtypes added | aten ops widened | not yet |")
+        print("| --- | --- | --- | --- |")
+        short = lambda dtypes: ", ".join(str(d).removeprefix("torch.") for d in dtypes)
+        for entry, (gained, failing, ops) in outcome.items():
+            ops_text = ", ".join(f"`{op.removeprefix('aten::')}`" for op in ops)
+            ops_text = ops_text or ("(the CPU kernels take them)" if gained else "-")
+            print(f"| `{entry}` | {short(gained)} | {ops_text} | {short(failing)} |")
+        return 0
+    for entry, (gained, failing, _) in outcome.items():
+        print(f"{entry}: gains {[str(d)[6:] for d in gained]}")
+        for dtype, error in failing.items():
+            print(f"    {str(dtype)[6:]} still fails: {error[:160]}")
+    text = render(rows)
+    if options.check:
+        if TABLE.read_text() != text:
+            print(f"{TABLE} is stale: run {sys.argv[0]}")
+            return 1
+        return 0
+    TABLE.write_text(text)
+    print(f"wrote {len(rows)} rows to {TABLE}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
