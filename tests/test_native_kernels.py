@@ -117,3 +117,31 @@ def test_fallback_modes(run_in_subprocess, mode):
         assert "aten::special_i0e has no vdev kernel and VDEV_FALLBACK=error" in result.stderr
     else:
         assert "VDEV_FALLBACK='bogus' is not one of silent, warn, error" in result.stderr
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_layer_norm_statistics_in_float_as_on_cuda(dtype):
+    # torch._refs.native_layer_norm gives the statistics CUDA gives (every device but
+    # the CPU keeps a reduced-precision input's mean and rstd in float); the output and
+    # gradients match the CPU's.
+    cpu_input = torch.randn(5, 8, dtype=dtype, requires_grad=True)
+    cpu_weight = torch.randn(8, dtype=dtype, requires_grad=True)
+    cpu_bias = torch.randn(8, dtype=dtype, requires_grad=True)
+    leaves = [t.detach().to("vdev").requires_grad_() for t in (cpu_input, cpu_weight, cpu_bias)]
+
+    output, mean, rstd = torch.native_layer_norm(*leaves[:1], [8], *leaves[1:], 1e-5)
+    ref_output, ref_mean, ref_rstd = torch._refs.native_layer_norm(
+        *(t.detach() for t in leaves[:1]), [8], *(t.detach() for t in leaves[1:]), 1e-5)
+    assert (output.dtype, mean.dtype, rstd.dtype) == (ref_output.dtype, ref_mean.dtype, ref_rstd.dtype)
+    assert_close(mean.cpu(), ref_mean.cpu())
+    assert_close(rstd.cpu(), ref_rstd.cpu())
+
+    cpu_output = torch.nn.functional.layer_norm(cpu_input, [8], cpu_weight, cpu_bias)
+    vdev_output = torch.nn.functional.layer_norm(leaves[0], [8], leaves[1], leaves[2])
+    assert_close(vdev_output.cpu(), cpu_output)
+    grad = torch.randn_like(cpu_output)
+    cpu_output.backward(grad)
+    vdev_output.backward(grad.to("vdev"))
+    for cpu_leaf, vdev_leaf in zip((cpu_input, cpu_weight, cpu_bias), leaves):
+        assert vdev_leaf.grad.dtype == dtype
+        assert_close(vdev_leaf.grad.cpu(), cpu_leaf.grad, atol=2e-2, rtol=2e-2)

@@ -158,3 +158,73 @@ def test_untyped_storage_is_on_device():
     assert storage.device == torch.device("vdev:0") and storage.is_vdev
     assert storage.nbytes() == 16
     assert_close(torch.tensor([], device="vdev").set_(storage).cpu(), torch.arange(4.0).view(torch.uint8).view(torch.float32))
+
+
+@pytest.fixture
+def deterministic_algorithms():
+    previous = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    yield
+    torch.use_deterministic_algorithms(previous)
+
+
+@pytest.mark.parametrize(
+    "dtype",
+    [torch.float32, torch.bfloat16, torch.complex64, torch.float8_e5m2, torch.int8, torch.uint8,
+     torch.int64, torch.uint64, torch.bool],
+)
+@pytest.mark.parametrize(
+    "make_empty",
+    [
+        lambda dtype, device: torch.empty(5, dtype=dtype, device=device),
+        lambda dtype, device: torch.empty_strided((2, 3), (1, 2), dtype=dtype, device=device),
+        lambda dtype, device: torch.empty_like(torch.zeros(4, device=device), dtype=dtype),
+    ],
+    ids=["empty", "empty_strided", "empty_like"],
+)
+def test_deterministic_empty_is_filled_as_on_cpu(deterministic_algorithms, dtype, make_empty):
+    # As CPU and CUDA: NaN for floating types, the largest value for the others.
+    expected = make_empty(dtype, "cpu")
+    on_device = make_empty(dtype, "vdev")
+    assert torch.equal(on_device.cpu().contiguous().view(torch.uint8), expected.contiguous().view(torch.uint8))
+
+
+def test_complex32_empty_warns_it_is_experimental():
+    torch.set_warn_always(True)
+    try:
+        with pytest.warns(UserWarning, match="ComplexHalf support is experimental"):
+            torch.empty(2, dtype=torch.complex32, device="vdev")
+    finally:
+        torch.set_warn_always(False)
+
+
+def test_lazy_clone_stays_shared_when_read():
+    original = torch.arange(4.0, device="vdev")
+    clone = torch._lazy_clone(original)
+    total = original + clone
+    torch.mul(original, clone)
+    assert torch._C._is_cow_tensor(original) and torch._C._is_cow_tensor(clone)
+    assert total.cpu().tolist() == [0.0, 2.0, 4.0, 6.0]
+
+
+@pytest.mark.parametrize(
+    "write",
+    [
+        lambda t: t.add_(1),
+        lambda t: t.fill_(7),
+        lambda t: t.copy_(torch.full((4,), 5.0)),
+        lambda t: t.__setitem__(1, 9.0),
+        lambda t: torch.mul(torch.ones(4, device=t.device), 3, out=t),
+    ],
+    ids=["in-place op", "fill_", "copy_", "setitem", "out="],
+)
+@pytest.mark.parametrize("written", ["clone", "original"])
+def test_writing_a_lazy_clone_leaves_the_other_unchanged(write, written):
+    cpu_original = torch.arange(4.0)
+    cpu_clone = torch._lazy_clone(cpu_original)
+    original = torch.arange(4.0, device="vdev")
+    clone = torch._lazy_clone(original)
+    write(clone if written == "clone" else original)
+    write(cpu_clone if written == "clone" else cpu_original)
+    assert_close(original.cpu(), cpu_original)
+    assert_close(clone.cpu(), cpu_clone)

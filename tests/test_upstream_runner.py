@@ -13,14 +13,17 @@ import pytest
 RUNNER = os.path.join(os.path.dirname(__file__), "upstream", "run_pytorch_tests.py")
 
 # Per device: passes everywhere; fails on vdev; excluded by name; two excluded by a
-# pattern; two dtypes passing everywhere; @onlyCPU (skipped on vdev); kills its
-# process on vdev (last, as unittest orders tests by name). TestOther is not selected.
+# pattern; two dtypes passing everywhere; @onlyCPU (skipped on vdev); two @onlyCUDA
+# (skipped on both; with the restrictions bypassed one passes on vdev, one fails);
+# kills its process on vdev (last, as unittest orders tests by name). TestOther is
+# not selected.
 TINY_TEST_FILE = textwrap.dedent(
     """
     import os
 
     import torch
-    from torch.testing._internal.common_device_type import dtypes, instantiate_device_type_tests, onlyCPU
+    from torch.testing._internal.common_device_type import (
+        dtypes, instantiate_device_type_tests, onlyCPU, onlyCUDA)
     from torch.testing._internal.common_utils import TestCase
 
 
@@ -48,6 +51,14 @@ TINY_TEST_FILE = textwrap.dedent(
         @onlyCPU
         def test_cpu_only(self, device):
             pass
+
+        @onlyCUDA
+        def test_cuda_only_passes(self, device):
+            pass
+
+        @onlyCUDA
+        def test_cuda_only_needs_cuda(self, device):
+            self.assertEqual(torch.device(device).type, "cuda")
 
         def test_zz_process_dies(self, device):
             if torch.device(device).type != "cpu":
@@ -88,31 +99,40 @@ def run_runner(tmp_path, exclusions, *extra):
 def test_counts_and_table_match_the_construction(tmp_path):
     summary_file = tmp_path / "summary.json"
     process = run_runner(tmp_path, EXCLUSIONS, "--files", "test_tiny.py::TestTiny", "--jobs", "2",
-                         "--json", str(summary_file))
+                         "--bypass-device-restrictions", "--json", str(summary_file))
     assert process.returncode == 0, process.stderr
 
     (summary,) = json.loads(summary_file.read_text())
     assert summary["file"] == "test_tiny.py::TestTiny"
-    assert {k: summary["cpu"][k] for k in ("passed", "failed", "skipped", "status")} == {
-        "passed": 9, "failed": 0, "skipped": 0, "status": "ok"}
-    assert {k: summary["vdev"][k] for k in ("passed", "failed", "skipped", "status")} == {
-        "passed": 3, "failed": 2, "skipped": 1, "status": "died in test_zz_process_dies_vdev"}
-    assert summary["cpu_only"] == 3  # the three excluded tests
-    assert summary["cpu_passed_compared"] == 6
+    assert summary["source"] is None  # not one of sources.py's files
+    counts = {run: {k: summary[run][k] for k in ("passed", "failed", "skipped", "status")}
+              for run in ("cpu", "vdev", "bypass")}
+    assert counts == {
+        "cpu": {"passed": 9, "failed": 0, "skipped": 2, "status": "ok"},
+        "vdev": {"passed": 3, "failed": 2, "skipped": 3, "status": "died in test_zz_process_dies_vdev"},
+        # Only the two CUDA-only tests run in the bypass process.
+        "bypass": {"passed": 1, "failed": 1, "skipped": 0, "status": "ok"},
+    }
+    assert summary["cpu_only"] == 4  # the three excluded tests and the @onlyCPU one
+    assert summary["cuda_only"] == 2
+    # The measure leaves the CPU-only tests out: of add, device_is_cpu, zeros x2 and
+    # process_dies, the first three pass on vdev.
+    assert summary["cpu_passed_compared"] == 5
     assert summary["cpu_passed_also_passing_on_vdev"] == 3
     regressions = {r["test"]: (r["outcome"], r["message"]) for r in summary["regressions"]}
     assert regressions == {
-        "test_tiny.py::TestTinyVDEV::test_cpu_only_vdev": ("skipped", "Only runs on cpu"),
         "test_tiny.py::TestTinyVDEV::test_device_is_cpu_vdev": (
             "failed", "AssertionError: String comparison failed: 'vdev' != 'cpu'"),
         "test_tiny.py::TestTinyVDEV::test_zz_process_dies_vdev": ("failed", "the test process died (exit 3)"),
     }
+    assert [r["test"] for r in summary["bypass_failures"]] == [
+        "test_tiny.py::TestTinyVDEV::test_cuda_only_needs_cuda_vdev"]
 
     row = next(line for line in process.stdout.splitlines() if line.startswith("test_tiny.py"))
     cells = [cell.strip() for cell in row.split("|")]
-    assert cells == ["test_tiny.py::TestTiny", "9/0/0", "3/2/1", "3", "3/6 (50.0%)",
+    assert cells == ["test_tiny.py::TestTiny", "9/0/2", "3/2/3", "4", "2", "3/5 (60.0%)", "1/1/0",
                      "vdev: died in test_zz_process_dies_vdev"]
-    assert "test_tiny.py::TestTinyVDEV::test_device_is_cpu_vdev: AssertionError" in process.stdout
+    assert "test_tiny.py::TestTinyVDEV::test_device_is_cpu_vdev: failed: AssertionError" in process.stdout
 
 
 @pytest.mark.parametrize(
@@ -127,3 +147,25 @@ def test_exclusion_without_reason_is_rejected_before_running(tmp_path, entries, 
     assert process.returncode == 2
     assert complaint in process.stderr
     assert not (tmp_path / "logs").exists()
+
+
+def test_sources_name_a_commit_and_shims_are_one_line_with_a_reason(tmp_path):
+    sys.path.insert(0, os.path.dirname(RUNNER))
+    try:
+        from sources import SHIMS, SOURCES, source_problems
+    finally:
+        sys.path.remove(os.path.dirname(RUNNER))
+    for source in SOURCES.values():
+        assert len(source.commit) == 40 and "/" in source.repo and source.chars > 0
+    for file_name, shims in SHIMS.items():
+        assert file_name in SOURCES
+        for shim in shims:
+            assert "\n" not in shim.code and shim.reason.strip()
+            compile(shim.code, file_name, "exec")
+    name, source = next(iter(SOURCES.items()))
+    (tmp_path / name).write_text("x" * source.chars)
+    assert source_problems(str(tmp_path), [name]) == {}
+    (tmp_path / name).write_text("x" * (source.chars - 1))
+    assert "a different or damaged copy" in source_problems(str(tmp_path), [name])[name]
+    (tmp_path / name).unlink()
+    assert source_problems(str(tmp_path), [name])[name].startswith("missing")

@@ -31,6 +31,10 @@ void CpuRedispatch::note_tensor(const at::Tensor& tensor, CpuTensors cpu) {
         "Expected all tensors to be on the same device, but found at least two devices, ",
         make_device(device_), " and ", tensor.device(), "! (in ", op_name_, ")");
     device_ = index;
+    if (cpu == CpuTensors::Rejected) {
+      // A written argument: before any alias of it exists, so all show its own memory.
+      end_copy_on_write(tensor);
+    }
   } else if (
       tensor.device().is_cpu() &&
       (cpu == CpuTensors::Rejected || (cpu == CpuTensors::ScalarsAllowed && tensor.dim() > 0))) {

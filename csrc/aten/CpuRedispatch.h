@@ -46,7 +46,8 @@ class CpuRedispatch {
   // tensors as scalars and take CPU index lists, but writes only device tensors.
   enum class CpuTensors { ScalarsAllowed, Allowed, Rejected };
   // Device discovery: every vdev tensor must be on one device, and CPU tensors are
-  // taken as `cpu` says.
+  // taken as `cpu` says. A written (Rejected) vdev tensor stops sharing copy-on-write
+  // memory here, before any alias is made, as a CPU write would end it.
   void note_tensor(const at::Tensor& tensor, CpuTensors cpu = CpuTensors::ScalarsAllowed);
   void note_device(const std::optional<c10::Device>& device);
   // The op's accelerator dtypes, from accelerator_dtypes(); before note_tensor.

@@ -7,6 +7,7 @@
 #include "runtime/Launch.h"
 #include "runtime/Stream.h"
 
+#include <ATen/Context.h>
 #include <ATen/EmptyTensor.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/native/Resize.h>
@@ -15,6 +16,9 @@
 #include <ATen/ops/_local_scalar_dense_native.h>
 #include <ATen/ops/copy.h>
 #include <ATen/ops/copy_ops.h>
+
+#include <cstdint>
+#include <limits>
 
 namespace vdev {
 namespace {
@@ -32,15 +36,51 @@ c10::DeviceIndex device_index_of(std::optional<c10::Device> device) {
   return resolve_device_index(device.has_value() ? device->index() : -1);
 }
 
+// What torch.use_deterministic_algorithms(True) fills new memory with: NaN, or the
+// type's largest value where it has no NaN.
+c10::Scalar deterministic_fill_value(c10::ScalarType type) {
+  if (c10::isFloatingType(type) || c10::isComplexType(type)) {
+    return std::numeric_limits<double>::quiet_NaN();
+  }
+  switch (type) {
+#define VDEV_LARGEST_VALUE(ctype, name) \
+  case c10::ScalarType::name:           \
+    return c10::Scalar(std::numeric_limits<ctype>::max());
+    AT_FORALL_INT_TYPES(VDEV_LARGEST_VALUE)
+    VDEV_LARGEST_VALUE(uint16_t, UInt16)
+    VDEV_LARGEST_VALUE(uint32_t, UInt32)
+    VDEV_LARGEST_VALUE(uint64_t, UInt64)
+#undef VDEV_LARGEST_VALUE
+    case c10::ScalarType::Bool:
+      return true;
+    default:
+      TORCH_CHECK(false, "no deterministic fill value for ", type);
+  }
+}
+
+// Every new empty tensor gets what CPU and CUDA give theirs: the warning that complex32
+// is experimental, and under torch.use_deterministic_algorithms(True) (with
+// torch.utils.deterministic.fill_uninitialized_memory) defined contents.
+at::Tensor like_cpu_and_cuda(at::Tensor tensor) {
+  if (C10_UNLIKELY(tensor.scalar_type() == c10::ScalarType::ComplexHalf)) {
+    TORCH_WARN_ONCE("ComplexHalf support is experimental and many operators don't support it yet.");
+  }
+  const at::Context& context = at::globalContext();
+  if (C10_UNLIKELY(context.deterministicAlgorithms() && context.deterministicFillUninitializedMemory())) {
+    tensor.fill_(deterministic_fill_value(tensor.scalar_type()));
+  }
+  return tensor;
+}
+
 at::Tensor empty_memory_format(
     c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
     std::optional<c10::Layout> layout, std::optional<c10::Device> device,
     std::optional<bool> pin_memory, std::optional<c10::MemoryFormat> memory_format) {
   check_options(layout, pin_memory);
   at::detail::check_size_nonnegative(size);
-  return empty_tensor(
+  return like_cpu_and_cuda(empty_tensor(
       size, dtype.value_or(c10::get_default_dtype_as_scalartype()), device_index_of(device),
-      memory_format.value_or(c10::MemoryFormat::Contiguous));
+      memory_format.value_or(c10::MemoryFormat::Contiguous)));
 }
 
 at::Tensor empty_strided(
@@ -60,7 +100,7 @@ at::Tensor empty_strided(
   tensor.unsafeGetTensorImpl()->set_storage_keep_dtype(
       new_storage(nbytes, tensor.device().index()));
   tensor.unsafeGetTensorImpl()->set_sizes_and_strides(size, stride);
-  return tensor;
+  return like_cpu_and_cuda(std::move(tensor));
 }
 
 // CUDA's names of copies in profiler traces.
@@ -95,6 +135,9 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   // Aliases made by one call: ATen's copy then sees whether source and destination
   // share memory (and refuses a partial overlap, as on CPU and CUDA).
   CpuRedispatch call(at::_ops::copy_::name);
+  if (is_vdev(dst)) {
+    end_copy_on_write(dst);
+  }
   at::Tensor cpu_dst = call.alias(dst);
   const bool queued = is_vdev(other_side)
       ? other_side.device() == device_side.device()

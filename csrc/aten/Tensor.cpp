@@ -169,10 +169,12 @@ void release_weak_device_storage(void* device_storage) {
 
 // The memory of `device_storage` as seen from CPU. It holds a reference to the device
 // storage, released with it, so the memory outlives whatever a kernel keeps of an alias.
+// Copy-on-write memory stays shared (as a CPU kernel reading a lazy clone leaves it):
+// whoever writes through an alias ends the sharing first (end_copy_on_write).
 c10::DataPtr cpu_data_of(c10::StorageImpl* device_storage) {
   c10::raw::intrusive_ptr::incref(device_storage);
   return c10::DataPtr(
-      device_storage->mutable_data(), device_storage, &release_device_storage,
+      const_cast<void*>(device_storage->data()), device_storage, &release_device_storage,
       c10::Device(c10::kCPU));
 }
 
@@ -183,7 +185,7 @@ c10::DataPtr cpu_data_of(c10::StorageImpl* device_storage) {
 c10::DataPtr weak_cpu_data_of(c10::StorageImpl* device_storage) {
   c10::raw::weak_intrusive_ptr::incref(device_storage);
   return c10::DataPtr(
-      device_storage->mutable_data(), device_storage, &release_weak_device_storage,
+      const_cast<void*>(device_storage->data()), device_storage, &release_weak_device_storage,
       c10::Device(c10::kCPU));
 }
 
@@ -219,7 +221,15 @@ void let_go_of_device_memory(c10::StorageImpl& alias_storage) {
 }
 } // namespace
 
-at::Tensor cpu_alias(const at::Tensor& tensor) {
+void end_copy_on_write(const at::Tensor& tensor) {
+  if (tensor.has_storage()) {
+    // Copies the memory if it is a lazy clone's, shared copy-on-write; else does nothing.
+    tensor.storage().unsafeGetStorageImpl()->mutable_data();
+  }
+}
+
+namespace {
+at::Tensor shared_cpu_alias(const at::Tensor& tensor) {
   const c10::Storage& storage = tensor.storage();
   return cpu_alias_over(
       tensor,
@@ -228,6 +238,7 @@ at::Tensor cpu_alias(const at::Tensor& tensor) {
           cpu_data_of(storage.unsafeGetStorageImpl()), cpu_view_allocator(tensor.device().index()),
           storage.resizable())));
 }
+} // namespace
 
 at::Tensor cpu_alias_over(const at::Tensor& tensor, c10::Storage alias_storage) {
   // The alias is an inference tensor exactly when the tensor is one (a TensorImpl
@@ -249,6 +260,11 @@ at::Tensor cpu_alias_over(const at::Tensor& tensor, c10::Storage alias_storage) 
   return alias;
 }
 
+at::Tensor cpu_alias(const at::Tensor& tensor) {
+  end_copy_on_write(tensor);
+  return shared_cpu_alias(tensor);
+}
+
 namespace {
 // VariableVersion offers no identity, but is a single intrusive pointer: equal bytes
 // are the same counter. Comparing first spares a kept alias two atomic reference-count
@@ -264,13 +280,13 @@ at::Tensor reusable_cpu_alias(const at::Tensor& tensor) {
   c10::intrusive_ptr<c10::TensorImpl> kept =
       owner == nullptr ? c10::intrusive_ptr<c10::TensorImpl>() : owner->borrow_kept_alias();
   if (!kept) {
-    return cpu_alias(tensor);
+    return shared_cpu_alias(tensor);
   }
   // The alias's type, key set (inference or not) and autograd state are what a new
   // alias would have; so is everything set below.
   if (kept->dtype() != owner->dtype() || kept->autograd_meta() != nullptr) {
     owner->return_kept_alias(kept, /*keep=*/false);
-    return cpu_alias(tensor);
+    return shared_cpu_alias(tensor);
   }
   // A vdev TensorImpl always has a storage: no need for storage()'s check.
   c10::StorageImpl* device_storage = owner->unsafe_storage().unsafeGetStorageImpl();

@@ -120,14 +120,19 @@ at::Tensor device_tensor_for(c10::Storage storage, const at::Tensor& cpu_result)
 // A CPU tensor over the same memory, sizes, strides and offset as a vdev tensor, so
 // that CPU kernels read and write device memory directly. It keeps the device
 // storage alive, shares the tensor's version counter, and a CPU kernel that
-// resizes it allocates device memory.
+// resizes it allocates device memory. The tensor stops sharing memory copy-on-write
+// (a lazy clone's) first, so the alias may be written.
 at::Tensor cpu_alias(const at::Tensor& tensor);
+// Gives `tensor` memory of its own if it shares a lazy clone's copy-on-write memory,
+// as a CPU write to it would: done before anything writes through an alias.
+void end_copy_on_write(const at::Tensor& tensor);
 // The same over `alias_storage`, an alias storage of `tensor`'s device storage made
 // for another tensor. ATen's overlap checks (in-place ops, copies) compare storages,
 // so tensors that share memory must reach one kernel as aliases sharing one storage.
 at::Tensor cpu_alias_over(const at::Tensor& tensor, c10::Storage alias_storage);
 
-// cpu_alias for the arguments of a CPU kernel. Making an alias (a TensorImpl and a
+// cpu_alias for the arguments of a CPU kernel, leaving copy-on-write memory shared (the
+// caller ends the sharing of the arguments the kernel writes). Making an alias (a TensorImpl and a
 // StorageImpl) is most of an op's overhead, so the alias of the tensor's last op is
 // reused: between ops a kept alias keeps its data pointer but holds the device storage
 // only weakly (no memory stays alive for it), and taking it sets all that cpu_alias

@@ -1,0 +1,65 @@
+"""Where run_pytorch_tests.py's copies of PyTorch's test files come from, and the shims
+each needs against torch 2.13's testing internals and the installed packages.
+
+PyTorch's files are never committed here. Each is re-created outside the repository,
+as <dir>/test/<file>, from the stored copy named below (the search tool's
+read_file(repo, path="test/<file>", commit), read 16,000 characters at a time and
+written out unchanged); `chars` is its length, which check_sources() compares.
+The newest stored copy was taken: pytorch/pytorch's where it is current, else the
+newest full fork's.
+"""
+
+import dataclasses
+import os
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    repo: str
+    commit: str
+    chars: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Shim:
+    """One line of Python run in the test process before the file is collected."""
+
+    code: str
+    reason: str
+
+
+SOURCES = {
+    "test_shape_ops.py": Source("pytorch/pytorch", "00972c015f0846e856f3fb8d46de73804a55a4de", 35524),
+    "test_sort_and_select.py": Source("pytorch/pytorch", "6f3cff94d27f4f2e6ea43523525c8353730e1414", 53360),
+    "test_indexing.py": Source("pytorch/pytorch", "5183443433dabc82f00dc4298b3af1d4cce25319", 75176),
+    "test_unary_ufuncs.py": Source("pytorch/pytorch", "434729df9c398fdfc12660048d8f2f3f1446e194", 65544),
+    "test_view_ops.py": Source("pytorch/pytorch", "9c491bc34c6ab131b18cf51db02636d65ffd3472", 80417),
+    "test_type_promotion.py": Source("maggiemoss/pytorch", "4b78f85938a63c12719f266324b57ffe9f3b7581", 59994),
+}
+
+SHIMS = {
+    "test_sort_and_select.py": [
+        Shim("import numpy; numpy.msort = lambda a: numpy.sort(a, axis=0)",
+             "NumPy 2 removed msort, which test_msort takes as its reference (np.sort(a, axis=0) is its definition)"),
+    ],
+}
+
+
+def source_problems(test_dir, file_names):
+    """{file: what is wrong with its copy in test_dir} for the files whose copy is missing
+    or differs in length from its recorded source."""
+    problems = {}
+    for file_name in file_names:
+        source = SOURCES.get(file_name)
+        path = os.path.join(test_dir, file_name)
+        if source is None:
+            continue
+        if not os.path.isfile(path):
+            problems[file_name] = f"missing (fetch test/{file_name} from {source.repo} at {source.commit})"
+            continue
+        with open(path, encoding="utf-8") as copy:
+            chars = len(copy.read())
+        if chars != source.chars:
+            problems[file_name] = (f"{chars} characters, not the {source.chars} of {source.repo} at "
+                                   f"{source.commit[:12]}: a different or damaged copy")
+    return problems
