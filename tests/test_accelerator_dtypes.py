@@ -191,3 +191,13 @@ def test_mixture_of_experts_trains_as_on_cpu():
         return losses
 
     torch.testing.assert_close(train(DEVICE), train("cpu"))
+
+
+def test_widened_copy_waits_for_work_queued_on_the_stream():
+    """The wider copy is made before the CPU kernel runs: it must see a queued write."""
+    counts = torch.zeros(64, dtype=torch.int32, device=DEVICE)
+    torch.vdev._sleep(100)  # the copy below stays queued behind this kernel
+    counts.copy_(torch.arange(64, dtype=torch.int32, device=DEVICE))
+    histogram = torch.histc(counts, bins=4, min=0, max=63)
+    expected = torch.histc(torch.arange(64, dtype=torch.float64), bins=4, min=0, max=63)
+    torch.testing.assert_close(histogram.cpu().to(torch.float64), expected)

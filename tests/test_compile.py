@@ -80,6 +80,23 @@ def test_pointwise_chain():
     _check_against_eager(lambda x, y: (x.sin() * y + 1).relu().exp() - y.tanh(), torch.randn(64, 33), torch.randn(64, 33))
 
 
+def _compiled_reads_after_queued_copy():
+    """A compiled kernel that reads a tensor a queued copy is still writing."""
+    scale = torch.compile(lambda t: t * 2 + 1)
+    x = torch.zeros(4096, device=VDEV)
+    scale(x)
+    torch.vdev.synchronize()
+    torch.vdev._sleep(100)  # the copy below stays queued behind this kernel
+    x.copy_(torch.ones(4096, device=VDEV))
+    return scale(x).cpu()
+
+
+@pytest.mark.parametrize("cpp_wrapper", [False, True])
+def test_compiled_kernels_wait_for_work_queued_on_the_stream(cpp_wrapper):
+    with torch._inductor.config.patch(cpp_wrapper=cpp_wrapper):
+        _assert_close(_compiled_reads_after_queued_copy(), torch.full((4096,), 3.0))
+
+
 def test_reductions():
     def fn(x):
         return x.sum(1), x.amax(0), x.mean(), x.var(1), x.argmax(1)

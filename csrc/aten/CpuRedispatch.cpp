@@ -122,6 +122,9 @@ const at::Tensor& CpuRedispatch::widened(const at::Tensor& tensor, const at::Ten
   if (!known) {
     widened_types_.emplace_back(dtype, compute);
   }
+  // The widened copy reads device memory now, before the kernel's Scope: the work
+  // queued on the stream (a copy that wrote this tensor) must be complete first.
+  synchronize_current_stream(device());
   return widened_.emplace_back(Widened{tensor.unsafeGetTensorImpl(), alias.to(compute)}).cpu;
 }
 

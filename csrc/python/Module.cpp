@@ -192,6 +192,12 @@ PYBIND11_MODULE(_C, m) {
   // The allocations of Inductor's generated Python wrappers: torch.empty_strided on a
   // vdev device without torch's Python argument parsing, like torch's
   // _empty_strided_cpu for CPU buffers.
+  // Inductor's generated kernels run on the calling thread, each once the work queued
+  // before it on the current stream is complete (torch_vdev/_inductor.py).
+  m.def("wait_for_current_stream", [](int index) {
+    py::gil_scoped_release no_gil;
+    vdev::synchronize_current_stream(to_index(index));
+  });
   m.def("empty_strided", [](c10::IntArrayRef sizes, c10::IntArrayRef strides, py::handle dtype, int index) {
     TORCH_CHECK_TYPE(THPDtype_Check(dtype.ptr()), "dtype must be a torch.dtype");
     const auto options = at::TensorOptions()

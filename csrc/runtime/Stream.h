@@ -52,7 +52,7 @@ VDEV_API void synchronize_stream(const c10::Stream& stream);
 // True if the stream's work is complete.
 VDEV_API bool query_stream(const c10::Stream& stream);
 // synchronize_stream(current_stream(device)) for the device of an existing tensor.
-void synchronize_current_stream(c10::DeviceIndex device);
+VDEV_API void synchronize_current_stream(c10::DeviceIndex device);
 VDEV_API void synchronize_device(c10::DeviceIndex device);
 
 // Events (c10's void* event handles). Recording one queues a marker on the stream; it

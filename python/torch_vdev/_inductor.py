@@ -8,10 +8,9 @@ generate code for (matmuls, convolutions, attention, custom ops) as extern kerne
 which dispatch to vdev's own kernels.
 
 Every generated kernel launch goes through one place per wrapper,
-``launch_kernel_in_stream_order``: vdev runs work when it is submitted, so a kernel is
-called at once, after the work submitted before it. When vdev streams run work
-asynchronously, that method is where launches must be put in the current stream's
-order.
+``launch_kernel_in_stream_order``: a generated kernel runs on the calling thread once
+the work queued before it on the device's current stream is complete (queuing the
+kernels themselves on the stream is the next step, with the rest of the eager ops).
 """
 
 import functools
@@ -61,6 +60,7 @@ class VdevDeviceOpOverrides(DeviceOpOverrides):
 
 # What generated Python wrappers call vdev's buffer allocation (torch_vdev._C.empty_strided).
 _ALLOCATE = f"empty_strided_{BACKEND_NAME}"
+_WAIT_FOR_STREAM = f"wait_for_current_stream_{BACKEND_NAME}"
 
 
 @functools.cache
@@ -108,6 +108,7 @@ class VdevPythonWrapperCodegen(PythonWrapperCodegen):
     def write_header(self) -> None:
         super().write_header()
         self.imports.writeline(f"from torch_vdev._C import empty_strided as {_ALLOCATE}")
+        self.imports.writeline(f"from torch_vdev._C import wait_for_current_stream as {_WAIT_FOR_STREAM}")
 
     def make_allocation(self, name, device, dtype, shape, stride, allocation_shape=None, is_pinned=False):
         from torch._inductor import config
@@ -125,12 +126,14 @@ class VdevPythonWrapperCodegen(PythonWrapperCodegen):
 
     def _generate_kernel_call_helper(self, kernel_name: str, call_args, *, device=None, **kwargs) -> None:
         if _is_vdev(device):
-            self.launch_kernel_in_stream_order(kernel_name, call_args)
+            self.launch_kernel_in_stream_order(kernel_name, call_args, device)
         else:
             super()._generate_kernel_call_helper(kernel_name, call_args, device=device, **kwargs)
 
-    def launch_kernel_in_stream_order(self, kernel_name: str, call_args) -> None:
-        # Work runs when submitted: the C++ kernel is called directly.
+    def launch_kernel_in_stream_order(self, kernel_name: str, call_args, device: torch.device) -> None:
+        # The C++ kernel runs on the calling thread, once the work queued before it on
+        # the device's current stream (copies, extern kernels) is complete.
+        self.writeline(f"{_WAIT_FOR_STREAM}({device.index or 0})")
         self.writeline(self.wrap_kernel_call(kernel_name, call_args))
 
 
@@ -217,12 +220,15 @@ class VdevCppWrapperCodegen(CppWrapperCpu):
 
     def _generate_kernel_call_helper(self, kernel_name: str, call_args, *, device=None, **kwargs) -> None:
         if _is_vdev(device):
-            self.launch_kernel_in_stream_order(kernel_name, call_args, **kwargs)
+            self.launch_kernel_in_stream_order(kernel_name, call_args, device, **kwargs)
         else:
             super()._generate_kernel_call_helper(kernel_name, call_args, device=device, **kwargs)
 
-    def launch_kernel_in_stream_order(self, kernel_name: str, call_args, **kwargs) -> None:
-        # Work runs when submitted: the C++ kernel is called directly, as on the CPU.
+    def launch_kernel_in_stream_order(self, kernel_name: str, call_args, device: torch.device, **kwargs) -> None:
+        # The C++ kernel runs on the calling thread, as on the CPU, once the work queued
+        # before it on the device's current stream is complete.
+        self.add_device_include(BACKEND_NAME)
+        self.writeline(f"torch_vdev::inductor_shim::wait_for_current_stream({device.index or 0});")
         super()._generate_kernel_call_helper(kernel_name, call_args, device=_KERNEL_DEVICE, **kwargs)
 
 

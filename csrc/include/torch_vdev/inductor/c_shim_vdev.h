@@ -9,6 +9,7 @@
 // reads the names below).
 
 #include <ATen/ATen.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/csrc/inductor/aoti_torch/c/shim.h>
 #include <torch/csrc/inductor/aoti_torch/utils.h>
 
@@ -28,6 +29,18 @@ inline std::optional<at::Tensor> optional_tensor(const AtenTensorHandle* handle)
 
 inline at::IntArrayRef int_array(const int64_t* values, int64_t length) {
   return at::IntArrayRef(values, static_cast<size_t>(length));
+}
+
+// Generated kernels run on the calling thread: each first waits for the work queued
+// before it on the device's current stream. Reached through c10's device guard, so the
+// generated code needs no library but libtorch.
+inline void wait_for_current_stream(c10::DeviceIndex device) {
+  const c10::impl::DeviceGuardImplInterface* guard =
+      c10::impl::getDeviceGuardImpl(c10::DeviceType::PrivateUse1);
+  const c10::Stream stream = guard->getStream(c10::Device(c10::DeviceType::PrivateUse1, device));
+  if (!guard->queryStream(stream)) {
+    guard->synchronizeStream(stream);
+  }
 }
 
 } // namespace torch_vdev::inductor_shim
