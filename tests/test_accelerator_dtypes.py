@@ -7,6 +7,7 @@ import pathlib
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 from torch.testing._internal.common_methods_invocations import op_db
@@ -25,16 +26,6 @@ REFERENCE_DTYPE = {
     **{dtype: torch.float64 for dtype in (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)},
 }
 
-_FFT_HALF = "float16 FFTs: torch.fft's composite refuses half on devices other than CUDA before reaching vdev"
-_NANSUM_COMPLEX = "nansum has no complex CPU kernel in any width: needs a decomposition, not widening"
-NOT_YET = {
-    **{(op.full_name, torch.float16): _FFT_HALF for op in op_db if op.full_name.startswith("fft.")},
-    **{
-        (name, dtype): _NANSUM_COMPLEX
-        for name in ("nansum", "nanmean")
-        for dtype in (torch.complex32, torch.complex64, torch.complex128)
-    },
-}
 # CUDA-only kernels (no CPU kernel in any dtype): not accelerator dtypes of a CPU op.
 CUDA_ONLY = {"torch.ops.aten._flash_attention_forward", "torch.ops.aten._efficient_attention_forward"}
 
@@ -48,10 +39,7 @@ def _accelerator_cases():
         if op.full_name in CUDA_ONLY:
             continue
         for dtype in sorted(set(op.dtypesIf.get("cuda", op.dtypes)) - set(op.dtypes), key=str):
-            marks = ()
-            if (op.full_name, dtype) in NOT_YET:
-                marks = (pytest.mark.xfail(strict=True, reason=NOT_YET[(op.full_name, dtype)]),)
-            yield pytest.param(op, dtype, id=f"{op.full_name}-{str(dtype)[6:]}", marks=marks)
+            yield pytest.param(op, dtype, id=f"{op.full_name}-{str(dtype)[6:]}")
 
 
 def tolerance(dtype):
@@ -80,15 +68,20 @@ def tensors(tree):
 
 def cpu_reference(op, parts, dtype):
     """The op on the CPU in `dtype` where the CPU kernels take it (vdev runs them as
-    they are), else in a wider dtype."""
-    for compute in (dtype, REFERENCE_DTYPE.get(dtype, dtype)):
+    they are), else in a wider dtype; where no CPU kernel takes the op in any width
+    (nansum of complex tensors), the OpInfo's NumPy reference in the wider dtype."""
+    wider = REFERENCE_DTYPE.get(dtype, dtype)
+    for compute in dict.fromkeys((dtype, wider)):
         args = moved(parts, "cpu", dtype, compute)
         torch.manual_seed(0)
         try:
             return op(args[0], *args[1], **args[2])
         except (NotImplementedError, RuntimeError):
-            if compute == REFERENCE_DTYPE.get(dtype, dtype):
+            if compute == wider and op.ref is None:
                 raise
+    as_numpy = lambda v: v.numpy() if isinstance(v, torch.Tensor) else v
+    args = tree_map(as_numpy, moved(parts, "cpu", dtype, wider))
+    return torch.as_tensor(op.ref(args[0], *args[1], **args[2]))
 
 
 @pytest.mark.parametrize("op, dtype", accelerator_cases())
@@ -201,3 +194,51 @@ def test_widened_copy_waits_for_work_queued_on_the_stream():
     histogram = torch.histc(counts, bins=4, min=0, max=63)
     expected = torch.histc(torch.arange(64, dtype=torch.float64), bins=4, min=0, max=63)
     torch.testing.assert_close(histogram.cpu().to(torch.float64), expected)
+
+
+@pytest.mark.parametrize("dtype", (torch.complex32, torch.complex64, torch.complex128), ids=str)
+def test_complex_nansum_and_nanmean_skip_elements_with_a_nan_part(dtype):
+    """As CUDA's kernel (and NumPy): an element whose real or imaginary part is NaN
+    counts as zero, and nanmean does not count it."""
+    values = torch.randn(4, 6, dtype=torch.complex64, generator=torch.Generator().manual_seed(0))
+    values[0, 1] = complex(float("nan"), 1.0)
+    values[2, 3] = complex(1.0, float("nan"))
+    values[3, :] = complex(float("nan"), float("nan"))
+    on_device = values.to(dtype).to(DEVICE)
+    wide = values.to(dtype).to(REFERENCE_DTYPE.get(dtype, dtype)).numpy()
+    for dim in (None, 1):
+        total = torch.nansum(on_device, dim=dim)
+        mean = torch.nanmean(on_device, dim=dim)
+        assert total.dtype == mean.dtype == dtype
+        torch.testing.assert_close(total.cpu(), torch.as_tensor(np.nansum(wide, axis=dim)).to(dtype), **tolerance(dtype))
+        torch.testing.assert_close(
+            mean.cpu(), torch.as_tensor(np.nanmean(wide, axis=dim)).to(dtype), equal_nan=True, **tolerance(dtype)
+        )
+
+
+@pytest.mark.parametrize("transform", ("fft", "rfft", "ihfft", "irfft", "hfft2", "rfftn"))
+def test_half_precision_fft_gradients_and_out_match_float32_cast_back(transform):
+    """torch.fft's composites refuse float16 off CUDA before reaching vdev; vdev's own
+    autograd kernels run them in float32 and return CUDA's dtypes, with gradients in
+    float16 and out= results written in out's dtype."""
+    function = getattr(torch.fft, transform)
+    values = torch.randn(4, 8, generator=torch.Generator().manual_seed(0)).half()
+    on_device = values.to(DEVICE).requires_grad_()
+    reference_input = values.float().requires_grad_()
+    result, reference = function(on_device), function(reference_input)
+    narrow = torch.complex32 if reference.is_complex() else torch.float16
+    assert result.dtype == narrow
+    torch.testing.assert_close(result.cpu(), reference.detach().to(narrow), **tolerance(narrow))
+    weights = torch.randn(reference.shape, dtype=reference.dtype, generator=torch.Generator().manual_seed(1))
+    (result * weights.to(narrow).to(DEVICE)).real.sum().backward()
+    (reference * weights.to(narrow).to(reference.dtype)).real.sum().backward()
+    assert on_device.grad.dtype == torch.float16
+    torch.testing.assert_close(on_device.grad.cpu(), reference_input.grad.half(), **tolerance(torch.float16))
+    out = torch.empty(0, dtype=narrow, device=DEVICE)
+    assert function(values.to(DEVICE), out=out) is out
+    torch.testing.assert_close(out.cpu(), reference.detach().to(narrow), **tolerance(narrow))
+
+
+def test_bfloat16_ffts_are_refused_as_on_cuda():
+    with pytest.raises(RuntimeError, match="Unsupported dtype BFloat16"):
+        torch.fft.rfft(torch.randn(8, device=DEVICE, dtype=torch.bfloat16))
