@@ -12,6 +12,9 @@ import numpy as np
 import pytest
 import torch
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "benchmarks"))
+from models import moe_step  # noqa: E402
+
 DEVICE = torch._C._get_privateuse1_backend_name()
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -58,50 +61,12 @@ def test_off_switch_takes_only_what_the_cpu_takes(run_in_subprocess):
     assert "refused" in finished.stdout and "histogram_cpu" in finished.stdout, finished.stderr
 
 
-class MoeBlock(torch.nn.Module):
-    """A Mixtral-style sparse mixture-of-experts block, with transformers' device branch:
-    expert load is counted with torch.histc on the integer expert indices except on
-    the CPU (and MPS), which cannot."""
-
-    def __init__(self, hidden=16, experts=4, top_k=2):
-        super().__init__()
-        self.top_k, self.experts = top_k, experts
-        self.gate = torch.nn.Linear(hidden, experts, bias=False)
-        self.w = torch.nn.ModuleList(torch.nn.Linear(hidden, hidden) for _ in range(experts))
-
-    def forward(self, x):
-        weights = torch.softmax(self.gate(x), dim=-1)
-        weights, chosen = torch.topk(weights, self.top_k, dim=-1)
-        weights = weights / weights.sum(dim=-1, keepdim=True)
-        if x.device.type in ("cpu", "mps"):
-            load = torch.bincount(chosen.flatten(), minlength=self.experts)
-        else:
-            load = torch.histc(chosen.int(), bins=self.experts, min=0, max=self.experts - 1)
-        out = torch.zeros_like(x)
-        for expert in range(self.experts):
-            if load[expert] == 0:
-                continue
-            token, slot = torch.where(chosen == expert)
-            out.index_add_(0, token, self.w[expert](x[token]) * weights[token, slot, None])
-        balance = (load.float() / load.sum()).square().sum()
-        return out, balance
-
-
 def test_mixture_of_experts_trains_as_on_cpu():
+    """transformers' device branch: histc on integers on vdev, bincount on the CPU."""
+
     def train(device):
-        torch.manual_seed(0)
-        block = MoeBlock().to(device)
-        optimizer = torch.optim.SGD(block.parameters(), lr=0.1)
-        data = torch.randn(32, 16, generator=torch.Generator().manual_seed(1)).to(device)
-        losses = []
-        for _ in range(3):
-            out, balance = block(data)
-            loss = out.square().mean() + 0.01 * balance
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            losses.append(loss.item())
-        return losses
+        step = moe_step(device)
+        return [step().item() for _ in range(3)]
 
     torch.testing.assert_close(train(DEVICE), train("cpu"))
 
