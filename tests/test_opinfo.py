@@ -5,7 +5,9 @@ complex), five tests: forward, non-contiguous samples, `out=` (result is the giv
 tensor, resizing an empty one), in-place (result is the input object), and gradients
 in float32 and float64. A sixth runs every entry in each accelerator dtype it has - a
 dtype CUDA's kernels take and the CPU's do not (dtypesIfCUDA beyond dtypes) - against
-the sample computed on the CPU in a wider dtype and cast back. Random ops are compared under the same seed: a seeded vdev
+the sample computed on the CPU in a wider dtype and cast back. A seventh runs the
+nested-tensor (jagged layout) translation of op_db (`njt_op_db`: the entries PyTorch
+gives nested samples) in float32 against the same nested samples on the CPU. Random ops are compared under the same seed: a seeded vdev
 generator draws what a seeded CPU generator draws. Where the CPU raises, vdev must
 raise the same exception type. Expected failures are data (expected_failures.py).
 """
@@ -21,6 +23,7 @@ from torch.testing._internal.common_device_type import (
 )
 from torch.testing._internal.common_methods_invocations import op_db
 from torch.testing._internal.common_utils import TestCase, noncontiguous_like, run_tests
+from torch.testing._internal.opinfo.definitions.nested import njt_op_db
 from torch.utils._pytree import tree_map
 
 from device_suites import DEVICE_TYPE, result_device_type, tensors_in, to_cpu, to_device, with_expected_failures
@@ -63,6 +66,10 @@ def with_accelerator_dtypes(op):
 
 
 accelerator_dtype_op_db = [with_accelerator_dtypes(op) for op in marked_op_db if accelerator_dtypes(op)]
+
+# The entries with nested samples (njt_op_db translates op_db's entries; the others
+# have none).
+nested_op_db = [op for op in with_expected_failures(njt_op_db, "TestOpInfo") if op.supports_njt]
 
 # Tolerances beyond the dtype's defaults (the OpInfos set none for these dtypes).
 ACCELERATOR_DTYPE_TOLERANCES = {
@@ -267,6 +274,22 @@ class TestOpInfo(TestCase):
                 self.assertEqual(
                     got, want.to(got.dtype), exact_device=False, **ACCELERATOR_DTYPE_TOLERANCES.get(op.full_name, {})
                 )
+
+        self.for_each_sample(op.sample_inputs(device, dtype), check)
+
+    @ops(nested_op_db, allowed_dtypes=(torch.float32,))
+    def test_nested_forward(self, device, dtype, op):
+        """Results as the CPU's on the same nested samples, compared component by component."""
+
+        def components(tree):
+            return [part for t in tensors_in(tree) for part in (t.unbind() if t.is_nested else (t,))]
+
+        def check(sample):
+            parts = sample_parts(sample)
+            actual, expected = self.run_on_both(lambda parts: call(op, parts), parts)
+            for tensor in tensors_in(actual):
+                self.assertEqual(tensor.device.type, result_device_type(parts))
+            self.assertEqual(components(actual), components(expected), exact_device=False)
 
         self.for_each_sample(op.sample_inputs(device, dtype), check)
 
