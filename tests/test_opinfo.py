@@ -7,9 +7,10 @@ in float32 and float64. A sixth runs every entry in each accelerator dtype it ha
 dtype CUDA's kernels take and the CPU's do not (dtypesIfCUDA beyond dtypes) - against
 the sample computed on the CPU in a wider dtype and cast back. A seventh runs the
 nested-tensor (jagged layout) translation of op_db (`njt_op_db`: the entries PyTorch
-gives nested samples) in float32 against the same nested samples on the CPU. Random ops are compared under the same seed: a seeded vdev
-generator draws what a seeded CPU generator draws. Where the CPU raises, vdev must
-raise the same exception type. Expected failures are data (expected_failures.py).
+gives nested samples) in float32 against the same nested samples on the CPU. Random
+ops are compared under the same seed: a seeded vdev generator draws what a seeded CPU
+generator draws. Where the CPU raises, vdev must raise the same exception type.
+Expected failures are data (expected_failures.py).
 """
 
 import copy
