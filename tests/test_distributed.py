@@ -2,8 +2,8 @@
 
 Every collective runs on vdev tensors through vccl and on the same CPU tensors through
 gloo in the same process group ("cpu:gloo,vdev:vccl"); the results must be identical.
-Training (DDP, FSDP2, DTensor, ZeRO) on two processes must give the parameters of the
-same training run on CPU in one process. Worker processes are reused across the tests
+Training (DDP, FSDP2, DTensor, ZeRO) on two and three processes must give the parameters
+of the same training run on CPU in one process. Worker processes are reused across the tests
 of a class (PyTorch's MultiProcContinuousTest); setups and faults get fresh ones
 (MultiProcessTestCase).
 """
@@ -304,6 +304,32 @@ class CollectiveTests:
         total = sum(2.0 * (r + 1) for r in range(self.world_size))
         torch.testing.assert_close(tensor.cpu(), torch.full((4,), total + 1))
 
+    def test_collectives_wait_for_pending_kernels(self):
+        """Kernels still queued on the current stream when a collective is called (a
+        sleep, a copy queued behind it): the collective communicates what they write.
+        After Work.wait(), work queued on the current stream sees the result."""
+        total = sum(2.0 * (r + 1) for r in range(self.world_size))
+        tensor = torch.zeros(4, device=self.device)
+        doubled = torch.full((4,), 2.0 * (self.rank + 1), device=self.device)
+        torch.vdev._sleep(200)
+        tensor.copy_(doubled)
+        self.assertFalse(torch.vdev.current_stream().query())  # the copy is still queued
+        dist.all_reduce(tensor)
+        torch.testing.assert_close(tensor.cpu(), torch.full((4,), total))
+
+        gathered = torch.zeros(self.world_size, device=self.device)
+        mine = torch.zeros(1, device=self.device)
+        torch.vdev._sleep(200)
+        mine.copy_(torch.full((1,), self.rank + 1.0, device=self.device))
+        if self.rank == 0:
+            time.sleep(0.2)  # the others' collective starts before rank 0 joins it
+        work = dist.all_gather_into_tensor(gathered, mine, async_op=True)
+        work.wait()
+        result = torch.zeros(self.world_size, device=self.device)
+        torch.vdev._sleep(100)
+        result.copy_(gathered)  # queued behind the sleep, after the wait
+        torch.testing.assert_close(result.cpu(), torch.arange(1.0, self.world_size + 1))
+
     def test_barriers(self):
         dist.barrier()
         dist.barrier(device_ids=[self.device.index])
@@ -359,14 +385,6 @@ class CollectiveTests:
         dist.barrier()
 
 
-class TestCollectivesTwoRanks(CollectiveTests, VdevGroupTest):
-    world_size = 2
-
-
-class TestCollectivesThreeRanks(CollectiveTests, VdevGroupTest):
-    world_size = 3
-
-
 def small_model() -> nn.Module:
     torch.manual_seed(0)
     return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 4))
@@ -398,11 +416,9 @@ def train(model, optimizer, inputs_of_step, steps=3, forward=None):
         optimizer.step()
 
 
-class TestTraining(VdevGroupTest):
-    """Two processes, each training on its half of every batch, against one CPU process
-    training on whole batches."""
-
-    world_size = 2
+class TrainingTests:
+    """Each process trains on its share of every batch, against one CPU process training
+    on whole batches. Mixed into VdevGroupTest classes of several world sizes."""
 
     def reference(self, steps=3, optimizer=torch.optim.SGD, **kwargs):
         model = small_model()
@@ -495,6 +511,15 @@ class TestTraining(VdevGroupTest):
         optimizer = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.Adam, lr=0.1)
         train(model, optimizer, self.local_batch)
         self.assert_parameters_equal(model.module.parameters(), expected)
+
+
+# One class per world size: the test processes are spawned once per class.
+class TestTwoRanks(CollectiveTests, TrainingTests, VdevGroupTest):
+    world_size = 2
+
+
+class TestThreeRanks(CollectiveTests, TrainingTests, VdevGroupTest):
+    world_size = 3
 
 
 class FreshProcessesTest(MultiProcessTestCase):
