@@ -69,7 +69,16 @@ class VdevGroupTest(MultiProcContinuousTest):
         # PyTorch's harness asks for spawn but keeps a start method set earlier in the
         # process (an earlier test module's fork); vdev, like CUDA, needs spawn.
         torch.multiprocessing.set_start_method("spawn", force=True)
-        super()._spawn_processes(world_size)
+        # A device per rank: VDEV_DEVICE_COUNT, read by the spawned processes.
+        previous = os.environ.get("VDEV_DEVICE_COUNT")
+        os.environ["VDEV_DEVICE_COUNT"] = str(world_size)
+        try:
+            super()._spawn_processes(world_size)
+        finally:
+            if previous is None:
+                del os.environ["VDEV_DEVICE_COUNT"]
+            else:
+                os.environ["VDEV_DEVICE_COUNT"] = previous
 
     @classmethod
     def _init_pg(cls, rank, world_size, rdvz_file):
@@ -104,6 +113,12 @@ class VdevGroupTest(MultiProcContinuousTest):
 
 class CollectiveTests:
     """Mixed into VdevGroupTest classes of several world sizes."""
+
+    def test_a_device_per_rank(self):
+        self.assertEqual(torch.vdev.device_count(), self.world_size)
+        devices = [None] * self.world_size
+        dist.all_gather_object(devices, torch.vdev.current_device())
+        self.assertEqual(devices, list(range(self.world_size)))
 
     def test_broadcast(self):
         for dtype in FLOATING + INTEGRAL + COPIED_ONLY:
