@@ -378,3 +378,26 @@ def test_aoti_package_runs_on_vdev_from_cpp(small_net, aoti_package, tmp_path_fa
     assert int(output["output_allocated_bytes"]) >= int(output["output_nbytes"]) > 0
     values = torch.tensor([float(value) for value in output["output"].split(",")])
     _assert_close(values, expected.flatten(), rtol=1e-4, atol=1e-5)
+
+
+def test_inductor_cache_keys_on_torch_vdevs_generated_code():
+    # A graph cached by another torch_vdev (other wrappers or C shim) is compiled
+    # again, not replayed: vdev's codegen config is part of Inductor's cache key.
+    from torch._dynamo.utils import counters
+
+    from torch_vdev import _inductor_config
+
+    def compile_and_run(x):
+        torch._dynamo.reset()  # forgets compiled code in memory, not Inductor's cache
+        counters.clear()
+        result = torch.compile(lambda t: t.cos() * 3 - 1)(x)
+        _assert_close(result, x.cpu().cos() * 3 - 1)
+        return counters["inductor"]["fxgraph_cache_hit"], counters["inductor"]["fxgraph_cache_miss"]
+
+    x = torch.randn(7, 3, device=VDEV)
+    compile_and_run(x)
+    assert compile_and_run(x) == (1, 0)
+    with _inductor_config.patch(backend_version="0.0.0-other"):
+        assert compile_and_run(x) == (0, 1)
+    with _inductor_config.patch(codegen_sources_sha256="0" * 64):
+        assert compile_and_run(x) == (0, 1)

@@ -209,15 +209,6 @@ class VdevCppWrapperCodegen(CppWrapperCpu):
                 )
         super().generate_c_shim_extern_kernel_call(kernel, args, device, **kwargs)
 
-    @staticmethod
-    def create(
-        is_subgraph: bool,
-        subgraph_name: Optional[str],
-        parent_wrapper: Optional[PythonWrapperCodegen],
-        partition_signatures: Any = None,
-    ) -> "VdevCppWrapperCodegen":
-        return VdevCppWrapperCodegen()
-
     def _generate_kernel_call_helper(self, kernel_name: str, call_args, *, device=None, **kwargs) -> None:
         if _is_vdev(device):
             self.launch_kernel_in_stream_order(kernel_name, call_args, device, **kwargs)
@@ -325,7 +316,13 @@ def _build_cpp_wrappers_as_cpu_code() -> None:
 def register() -> None:
     _treat_vdev_as_cpp_device()
     _build_cpp_wrappers_as_cpu_code()
+    from . import _inductor_config
+
     register_device_op_overrides(BACKEND_NAME, VdevDeviceOpOverrides())
     register_backend_for_device(
-        BACKEND_NAME, CppScheduling, VdevPythonWrapperCodegen, VdevCppWrapperCodegen
+        BACKEND_NAME,
+        CppScheduling,
+        VdevPythonWrapperCodegen,
+        VdevCppWrapperCodegen,
+        device_custom_config=_inductor_config,
     )
