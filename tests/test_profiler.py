@@ -185,10 +185,12 @@ def test_record_shapes_and_with_stack():
     assert any(e.name.startswith("tests/test_profiler.py(") or "test_profiler.py(" in e.name for e in prof.events())
 
 
-def test_profile_memory_reports_device_allocations_as_memory_stats_count_them(tmp_path):
+# As CUDA's allocations, vdev's are memory events whichever activities are recorded.
+@pytest.mark.parametrize("activities", [ACTIVITIES, [ProfilerActivity.CPU]], ids=["cpu_and_vdev", "cpu_only"])
+def test_profile_memory_reports_device_allocations_as_memory_stats_count_them(tmp_path, activities):
     torch.vdev.empty_cache()
     before = torch.vdev.memory_stats()
-    with profile(activities=ACTIVITIES, profile_memory=True) as prof:
+    with profile(activities=activities, profile_memory=True) as prof:
         x = torch.randn(256, 256, device="vdev")
         y = x * 2
         del x, y

@@ -1,7 +1,5 @@
 #include "profiler/DeviceActivity.h"
 
-#include "profiler/MemoryEvents.h"
-
 #include "runtime/Stream.h"
 
 #include <c10/util/ApproximateClock.h>
@@ -46,12 +44,10 @@ void start_recording() {
     recorded().activities.clear();
   }
   detail::recording_flag.store(true, std::memory_order_release);
-  set_memory_observer(kProfilerObserver, true);
 }
 
 void stop_recording() {
   detail::recording_flag.store(false, std::memory_order_release);
-  set_memory_observer(kProfilerObserver, false);
 }
 
 std::vector<DeviceActivity> take_recorded() {
