@@ -97,6 +97,30 @@ def test_compiled_kernels_wait_for_work_queued_on_the_stream(cpp_wrapper):
         _assert_close(_compiled_reads_after_queued_copy(), torch.full((4096,), 3.0))
 
 
+@pytest.mark.parametrize("cpp_wrapper", [False, True])
+def test_generated_kernels_are_profiled_as_vdev_kernels_of_their_operator(cpp_wrapper):
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    x = torch.randn(64, 16, device=VDEV)
+    with torch._inductor.config.patch(cpp_wrapper=cpp_wrapper):
+        compiled = torch.compile(lambda t: (t.sin() + 1).sum(1) * t.cos().amax(1))
+        expected = compiled(x)
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
+            result = compiled(x)
+    _assert_close(result, expected)
+    kernels = [e for e in prof.events() if e.device_type == DeviceType.PrivateUse1 and "cpp_fused" in e.name]
+    assert kernels and all(k.name.startswith(f"{VDEV}_kernel[cpp_fused") for k in kernels)
+    # Each is launched by a CPU operator named after the kernel, as Triton kernels are on CUDA.
+    launching = {
+        e.name: e for e in prof.events() if e.device_type == DeviceType.CPU and e.name.startswith("cpp_fused")
+    }
+    for kernel in kernels:
+        operator = launching[kernel.name[len(f"{VDEV}_kernel[") : -1]]
+        assert [k.name for k in operator.kernels] == [kernel.name]
+        assert operator.time_range.start <= kernel.time_range.start <= kernel.time_range.end <= operator.time_range.end
+
+
 def test_reductions():
     def fn(x):
         return x.sum(1), x.amax(0), x.mean(), x.var(1), x.argmax(1)

@@ -6,6 +6,7 @@
 #include "aten/SharedMemory.h"
 #include "aten/Tensor.h"
 #include "python/Distributed.h"
+#include "python/Inductor.h"
 #include "python/MemorySnapshot.h"
 #include "python/PythonKernel.h"
 #include "runtime/Allocator.h"
@@ -15,7 +16,6 @@
 #include "runtime/Launch.h"
 #include "runtime/Stream.h"
 
-#include <torch/csrc/Dtype.h>
 #include <torch/csrc/Event.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/Exceptions.h>
@@ -189,22 +189,7 @@ PYBIND11_MODULE(_C, m) {
     }
     return ops;
   });
-  // The allocations of Inductor's generated Python wrappers: torch.empty_strided on a
-  // vdev device without torch's Python argument parsing, like torch's
-  // _empty_strided_cpu for CPU buffers.
-  // Inductor's generated kernels run on the calling thread, each once the work queued
-  // before it on the current stream is complete (torch_vdev/_inductor.py).
-  m.def("wait_for_current_stream", [](int index) {
-    py::gil_scoped_release no_gil;
-    vdev::synchronize_current_stream(to_index(index));
-  });
-  m.def("empty_strided", [](c10::IntArrayRef sizes, c10::IntArrayRef strides, py::handle dtype, int index) {
-    TORCH_CHECK_TYPE(THPDtype_Check(dtype.ptr()), "dtype must be a torch.dtype");
-    const auto options = at::TensorOptions()
-                             .dtype(reinterpret_cast<THPDtype*>(dtype.ptr())->scalar_type)
-                             .device(vdev::make_device(to_index(index)));
-    return at::empty_strided(sizes, strides, options);
-  });
+  vdev::bind_inductor(m);
   m.def("is_vdev_tensor_impl", &vdev::has_vdev_tensor_impl);
   m.def("share_device_memory", &vdev::share_device_memory);
   m.def("tensor_from_shared_memory", [](int fd, size_t nbytes, int device) {

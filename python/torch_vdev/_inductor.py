@@ -60,7 +60,7 @@ class VdevDeviceOpOverrides(DeviceOpOverrides):
 
 # What generated Python wrappers call vdev's buffer allocation (torch_vdev._C.empty_strided).
 _ALLOCATE = f"empty_strided_{BACKEND_NAME}"
-_WAIT_FOR_STREAM = f"wait_for_current_stream_{BACKEND_NAME}"
+_LAUNCH_KERNEL = f"launch_kernel_{BACKEND_NAME}"
 
 
 @functools.cache
@@ -108,7 +108,7 @@ class VdevPythonWrapperCodegen(PythonWrapperCodegen):
     def write_header(self) -> None:
         super().write_header()
         self.imports.writeline(f"from torch_vdev._C import empty_strided as {_ALLOCATE}")
-        self.imports.writeline(f"from torch_vdev._C import wait_for_current_stream as {_WAIT_FOR_STREAM}")
+        self.imports.writeline(f"from torch_vdev._C import launch_kernel as {_LAUNCH_KERNEL}")
 
     def make_allocation(self, name, device, dtype, shape, stride, allocation_shape=None, is_pinned=False):
         from torch._inductor import config
@@ -132,9 +132,10 @@ class VdevPythonWrapperCodegen(PythonWrapperCodegen):
 
     def launch_kernel_in_stream_order(self, kernel_name: str, call_args, device: torch.device) -> None:
         # The C++ kernel runs on the calling thread, once the work queued before it on
-        # the device's current stream (copies, extern kernels) is complete.
-        self.writeline(f"{_WAIT_FOR_STREAM}({device.index or 0})")
-        self.writeline(self.wrap_kernel_call(kernel_name, call_args))
+        # the device's current stream (copies, extern kernels) is complete, and is
+        # profiled as a vdev kernel (torch_vdev._C.launch_kernel).
+        launch_args = [repr(kernel_name), str(device.index or 0), kernel_name, *call_args]
+        self.writeline(self.wrap_kernel_call(_LAUNCH_KERNEL, launch_args))
 
 
 class VdevCppWrapperCodegen(CppWrapperCpu):
@@ -217,10 +218,15 @@ class VdevCppWrapperCodegen(CppWrapperCpu):
 
     def launch_kernel_in_stream_order(self, kernel_name: str, call_args, device: torch.device, **kwargs) -> None:
         # The C++ kernel runs on the calling thread, as on the CPU, once the work queued
-        # before it on the device's current stream is complete.
+        # before it on the device's current stream is complete, and is profiled as a
+        # vdev kernel (c_shim_vdev.h).
         self.add_device_include(BACKEND_NAME)
-        self.writeline(f"torch_vdev::inductor_shim::wait_for_current_stream({device.index or 0});")
+        self.writeline("{")
+        self.writeline(
+            f'torch_vdev::inductor_shim::GeneratedKernel launch("{kernel_name}", {device.index or 0});'
+        )
         super()._generate_kernel_call_helper(kernel_name, call_args, device=_KERNEL_DEVICE, **kwargs)
+        self.writeline("}")
 
 
 def _treat_vdev_as_cpp_device() -> None:
