@@ -240,9 +240,9 @@ def _treat_vdev_as_cpp_device() -> None:
       reindexing the C++ code generator does not support;
     - ``ir.is_cpu``: the thresholds for realizing large pointwise expressions;
 
-    and two steps whose results are wrong on vdev otherwise (below).
+    and one step whose result is wrong on vdev otherwise (below).
     """
-    from torch._inductor import config, graph, ir, scheduler, utils
+    from torch._inductor import config, ir, scheduler, utils
     from torch._inductor.codegen import common
     from torch._inductor.kernel import mm_common
 
@@ -280,23 +280,6 @@ def _treat_vdev_as_cpp_device() -> None:
         codegen_extern_call(self, node)
 
     scheduler.Scheduler.codegen_extern_call = codegen_extern_call_after_pending_kernels
-
-    # Inductor's layout optimization makes convolutions channels-last. On vdev, C++
-    # wrappers then get convolution outputs whose strides differ from the ones Inductor
-    # planned, and AOTInductor plans weights in a layout the user's weights do not
-    # have; graphs with vdev convolutions keep their layouts.
-    decide_layout_opt = graph.GraphLowering.decide_layout_opt
-
-    def decide_layout_opt_off_for_vdev(gm, *, is_inference: bool) -> bool:
-        if any(
-            node.target is torch.ops.aten.convolution.default
-            and node.args[0].meta["val"].device.type == BACKEND_NAME
-            for node in gm.graph.nodes
-        ):
-            return False
-        return decide_layout_opt(gm, is_inference=is_inference)
-
-    graph.GraphLowering.decide_layout_opt = staticmethod(decide_layout_opt_off_for_vdev)
 
 
 def _build_cpp_wrappers_as_cpu_code() -> None:
