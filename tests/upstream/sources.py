@@ -36,6 +36,7 @@ SOURCES = {
     "test_view_ops.py": Source("pytorch/pytorch", "9c491bc34c6ab131b18cf51db02636d65ffd3472", 80417),
     "test_type_promotion.py": Source("maggiemoss/pytorch", "4b78f85938a63c12719f266324b57ffe9f3b7581", 59994),
     "test_torch.py": Source("maggiemoss/pytorch", "4b78f85938a63c12719f266324b57ffe9f3b7581", 496100),
+    "test_tensor_creation_ops.py": Source("maggiemoss/pytorch", "4b78f85938a63c12719f266324b57ffe9f3b7581", 215487),
 }
 
 SHIMS = {
