@@ -20,6 +20,9 @@ import sys
 import warnings
 
 os.environ["VDEV_ACCELERATOR_DTYPES"] = "0"  # discover from what the CPU kernels take
+# A kernel that rejects a dtype must raise at the call, where the mode looks for a wider
+# one: launched kernels would raise at the next synchronization instead.
+os.environ["VDEV_LAUNCH_BLOCKING"] = "1"
 
 import torch  # noqa: E402
 from torch.testing._internal.common_methods_invocations import op_db
