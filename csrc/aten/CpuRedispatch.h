@@ -91,7 +91,7 @@ class CpuRedispatch {
   class Scope {
    public:
     Scope(c10::DeviceIndex device, const char* name)
-        : queued_work_done_(device),
+        : queued_work_done_(device, name),
           route_(device),
           activity_(profiler::ActivityKind::kKernel, name, device) {
       // Ops almost always run on the current device: the guard's virtual calls are
@@ -105,8 +105,8 @@ class CpuRedispatch {
     // First, so the kernel and its activity start once the work queued on the device's
     // current stream is complete.
     struct QueuedWorkDone {
-      explicit QueuedWorkDone(c10::DeviceIndex device) {
-        synchronize_current_stream(device);
+      QueuedWorkDone(c10::DeviceIndex device, const char* name) {
+        synchronize_current_stream(device, name);
       }
     } queued_work_done_;
     c10::OptionalDeviceGuard device_guard_;

@@ -158,9 +158,9 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
         });
     return dst;
   }
-  synchronize_current_stream(device);
+  synchronize_current_stream(device, name);
   if (is_vdev(other_side)) {
-    synchronize_current_stream(other_side.device().index());
+    synchronize_current_stream(other_side.device().index(), name);
   }
   profiler::ActivityScope activity(profiler::ActivityKind::kMemcpy, name, device, dst.nbytes());
   cpu_dst.copy_(call.alias(self), non_blocking);
@@ -177,7 +177,7 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
 // it, as on CPU), so it runs on the vdev tensor itself: no alias, no second dispatch.
 c10::Scalar local_scalar_dense(const at::Tensor& self) {
   lazy_init();
-  synchronize_current_stream(self.device().index());
+  synchronize_current_stream(self.device().index(), "aten::_local_scalar_dense (.item())");
   profiler::ActivityScope activity(
       profiler::ActivityKind::kMemcpy, "Memcpy DtoH (Device -> Host)", self.device().index(),
       static_cast<int64_t>(self.element_size()));
@@ -186,7 +186,7 @@ c10::Scalar local_scalar_dense(const at::Tensor& self) {
 
 at::Tensor& fill_scalar(at::Tensor& self, const c10::Scalar& value) {
   lazy_init();
-  synchronize_current_stream(self.device().index());
+  synchronize_current_stream(self.device().index(), "aten::fill_");
   // Filling with zeros is a memset on CUDA too (cudaMemsetAsync), other values a kernel.
   const bool memset = profiler::recording() && value.equal(0) && self.is_contiguous();
   profiler::ActivityScope activity(

@@ -5,6 +5,7 @@
 #include "aten/Fallback.h"
 #include "aten/SharedMemory.h"
 #include "aten/Tensor.h"
+#include "graphs/Graph.h"
 #include "python/Distributed.h"
 #include "python/MemorySnapshot.h"
 #include "python/PythonKernel.h"
@@ -113,6 +114,13 @@ PYBIND11_MODULE(_C, m) {
   });
   // torch.cuda._sleep's counterpart: a kernel that keeps the current stream busy, so
   // tests can observe work still queued.
+  // Graphs: torch.accelerator.Graph is vdev::Graph (csrc/graphs/); these serve
+  // torch.vdev's mirror of torch.cuda's graph API.
+  m.def("_graph_pool_handle", [] { return vdev::graph_pool_handle(); });
+  m.def("_is_current_stream_capturing", [] {
+    vdev::lazy_init();
+    return vdev::is_stream_capturing(vdev::current_stream(vdev::current_device()));
+  });
   m.def("_sleep", [](double milliseconds) {
     vdev::lazy_init();
     const c10::DeviceIndex device = vdev::current_device();
@@ -196,7 +204,7 @@ PYBIND11_MODULE(_C, m) {
   // before it on the current stream is complete (torch_vdev/_inductor.py).
   m.def("wait_for_current_stream", [](int index) {
     py::gil_scoped_release no_gil;
-    vdev::synchronize_current_stream(to_index(index));
+    vdev::synchronize_current_stream(to_index(index), "an Inductor-generated kernel");
   });
   m.def("empty_strided", [](c10::IntArrayRef sizes, c10::IntArrayRef strides, py::handle dtype, int index) {
     TORCH_CHECK_TYPE(THPDtype_Check(dtype.ptr()), "dtype must be a torch.dtype");

@@ -62,7 +62,7 @@ std::tuple<at::Tensor, at::Tensor> native_dropout(
   const double scale = keep_probability == 0 ? 0. : 1. / keep_probability;
   at::Tensor mask = at::empty_like(input, input.options().dtype(c10::kBool));
   // Drawn as by the CPU kernel this one replaces, which draws from the CPU generator.
-  synchronize_current_stream(mask.device().index());
+  synchronize_current_stream(mask.device().index(), "aten::native_dropout");
   cpu_alias(mask).bernoulli_(keep_probability);
   return {masked_scale(input, mask, scale), mask};
 }
