@@ -158,9 +158,13 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
         });
     return dst;
   }
-  synchronize_current_stream(device, name);
+  // The name a graph capture's refusal gives: what makes this copy wait.
+  constexpr const char* kBlockingCopy =
+      "aten::copy_ (a blocking copy: to or from pageable CPU memory, non_blocking=False, or "
+      "between devices)";
+  synchronize_current_stream(device, kBlockingCopy);
   if (is_vdev(other_side)) {
-    synchronize_current_stream(other_side.device().index(), name);
+    synchronize_current_stream(other_side.device().index(), kBlockingCopy);
   }
   profiler::ActivityScope activity(profiler::ActivityKind::kMemcpy, name, device, dst.nbytes());
   cpu_dst.copy_(call.alias(self), non_blocking);

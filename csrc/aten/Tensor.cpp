@@ -231,12 +231,17 @@ void end_copy_on_write(const at::Tensor& tensor) {
 namespace {
 at::Tensor shared_cpu_alias(const at::Tensor& tensor) {
   const c10::Storage& storage = tensor.storage();
+  c10::StorageImpl* device_storage = storage.unsafeGetStorageImpl();
+  // Memory of a graph's pool is held by the graph: a kernel it records must not keep
+  // the tensor's block, which returns to the pool when the tensor is freed and is
+  // reused by later allocations of the capture, as with CUDA graphs.
+  c10::DataPtr data = in_graph_pool(storage.data()) ? weak_cpu_data_of(device_storage)
+                                                    : cpu_data_of(device_storage);
   return cpu_alias_over(
       tensor,
       c10::Storage(c10::make_intrusive<c10::StorageImpl>(
-          c10::StorageImpl::use_byte_size_t(), storage.nbytes(),
-          cpu_data_of(storage.unsafeGetStorageImpl()), cpu_view_allocator(tensor.device().index()),
-          storage.resizable())));
+          c10::StorageImpl::use_byte_size_t(), storage.nbytes(), std::move(data),
+          cpu_view_allocator(tensor.device().index()), storage.resizable())));
 }
 } // namespace
 

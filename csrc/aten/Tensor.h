@@ -119,7 +119,8 @@ at::Tensor device_tensor_for(c10::Storage storage, const at::Tensor& cpu_result)
 
 // A CPU tensor over the same memory, sizes, strides and offset as a vdev tensor, so
 // that CPU kernels read and write device memory directly. It keeps the device
-// storage alive, shares the tensor's version counter, and a CPU kernel that
+// storage alive (memory of a graph's pool during a capture excepted: the graph holds
+// it, and the tensor's block may return to the pool for the capture to reuse), shares the tensor's version counter, and a CPU kernel that
 // resizes it allocates device memory. The tensor stops sharing memory copy-on-write
 // (a lazy clone's) first, so the alias may be written.
 at::Tensor cpu_alias(const at::Tensor& tensor);
