@@ -430,6 +430,84 @@ def test_capture_needs_a_non_default_stream_and_one_capture_per_graph():
     assert_close(x.cpu(), torch.full((2,), 5.0))
 
 
+class _QueuedScale(torch.autograd.Function):
+    """out = x * w, forward and backward written with queued kernels only (copies and
+    in-place foreach ops), so both are capturable today."""
+
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        out = torch.empty_like(x)
+        out.copy_(x)
+        torch._foreach_mul_([out], [w])
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, w = ctx.saved_tensors
+        grad_x = torch.empty_like(grad)
+        grad_x.copy_(grad)
+        torch._foreach_mul_([grad_x], [w])
+        grad_w = torch.empty_like(grad)
+        grad_w.copy_(grad)
+        torch._foreach_mul_([grad_w], [x])
+        return grad_x, grad_w
+
+
+class _ScaleModule(torch.nn.Module):
+    def __init__(self, size):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.linspace(0.5, 2.0, size))
+
+    def forward(self, x):
+        return _QueuedScale.apply(x, self.weight)
+
+
+def test_make_graphed_callables_replays_forward_and_backward():
+    size = 16
+    module = _ScaleModule(size).to("vdev")
+    reference = _ScaleModule(size)
+    sample = torch.randn(size, device="vdev", requires_grad=True)
+    graphed = torch.vdev.make_graphed_callables(module, (sample,))
+    assert graphed is module
+    weight_grads = []
+    for seed in range(3):
+        inputs = torch.randn(size, generator=torch.Generator().manual_seed(seed))
+        vdev_inputs = inputs.to("vdev").requires_grad_()
+        cpu_inputs = inputs.clone().requires_grad_()
+        output = graphed(vdev_inputs)
+        expected = reference(cpu_inputs)
+        assert_close(output.detach().cpu(), expected.detach())
+        upstream = torch.linspace(-1.0, 1.0, size)
+        output.backward(upstream.to("vdev"))
+        expected.backward(upstream)
+        assert_close(vdev_inputs.grad.cpu(), cpu_inputs.grad)
+        weight_grads.append(module.weight.grad.cpu().clone())
+        module.weight.grad = None
+        assert_close(weight_grads[-1], reference.weight.grad)
+        reference.weight.grad = None
+    # Out of training mode, the module's own forward runs.
+    module.eval()
+    assert_close(module(sample).detach().cpu(), reference(sample.detach().cpu()).detach())
+
+
+def test_make_graphed_callables_functions_share_a_pool():
+    weight = torch.linspace(1.0, 2.0, 8, device="vdev")
+    first, second = torch.vdev.make_graphed_callables(
+        (lambda x: _QueuedScale.apply(x, weight), lambda y: _QueuedScale.apply(y, weight)),
+        ((torch.randn(8, device="vdev", requires_grad=True),),
+         (torch.randn(8, device="vdev", requires_grad=True),)),
+    )
+    x = torch.randn(8)
+    vdev_x = x.to("vdev").requires_grad_()
+    out = second(first(vdev_x))
+    out.backward(torch.ones(8, device="vdev"))
+    assert_close(out.detach().cpu(), x * weight.cpu() ** 2)
+    assert_close(vdev_x.grad.cpu(), weight.cpu() ** 2)
+    with pytest.raises(TypeError, match="structure of its sample_args"):
+        first(vdev_x, vdev_x)
+
+
 # ---- needing queued native kernels ----
 
 
