@@ -178,6 +178,9 @@ class _GraphedCallable:
         self.static_grad_inputs = tuple(
             next(by_input) if t.requires_grad else None for t in self.static_inputs
         )
+        # The captured autograd graph is not needed any more: dropping it lets later
+        # backward passes make their own gradient accumulators (on their streams).
+        self.static_outputs = tuple(o.detach() for o in self.static_outputs)
 
     def autograd_function(self) -> Callable:
         owner = self
