@@ -192,7 +192,14 @@ REFUSED = {
     "masked_select": (lambda x: torch.masked_select(x, torch.ones(4, dtype=torch.bool, device="vdev")), "aten::"),
     "unique": (lambda x: torch.unique(x), "aten::_unique2"),
     "an op on the calling thread": (lambda x: x + 1, "aten::add"),
+    "a Python kernel": (lambda x: _with_python_relu(x), "aten::relu"),
+    "the CPU fallback": (lambda x: torch.ops.aten._adaptive_avg_pool3d(x.view(1, 1, 1, 2, 2), [1, 1, 1]), "aten::_adaptive_avg_pool3d"),
 }
+
+
+def _with_python_relu(x):
+    with torch_vdev.kernels({torch.ops.aten.relu.default: lambda t: t.clamp(min=0)}):
+        return torch.relu(x)
 
 
 @pytest.mark.parametrize("name", list(REFUSED))
