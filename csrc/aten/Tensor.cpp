@@ -130,6 +130,31 @@ at::Tensor empty_tensor(
   return tensor;
 }
 
+at::Tensor empty_strided_tensor(
+    c10::IntArrayRef sizes, c10::IntArrayRef strides, c10::ScalarType dtype, c10::DeviceIndex device) {
+  const caffe2::TypeMeta meta = c10::scalarTypeToTypeMeta(dtype);
+  c10::Storage storage =
+      new_storage(at::detail::computeStorageNbytes(sizes, strides, meta.itemsize()), device);
+  auto tensor = at::detail::make_tensor<TensorImpl>(std::move(storage), meta);
+  tensor.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, strides);
+  return tensor;
+}
+
+at::Tensor LaunchAliases::alias(const at::Tensor& tensor) {
+  const c10::StorageImpl* device_storage = tensor.storage().unsafeGetStorageImpl();
+  for (const auto& [shown, alias_storage] : storages_) {
+    if (shown == device_storage) {
+      return cpu_alias_over(tensor, alias_storage);
+    }
+  }
+  c10::Storage alias_storage(c10::make_intrusive<c10::StorageImpl>(
+      c10::StorageImpl::use_byte_size_t(), device_storage->nbytes(),
+      c10::DataPtr(const_cast<void*>(device_storage->data()), c10::Device(c10::kCPU)),
+      /*allocator=*/nullptr, /*resizable=*/false));
+  storages_.emplace_back(device_storage, alias_storage);
+  return cpu_alias_over(tensor, std::move(alias_storage));
+}
+
 namespace {
 at::Tensor with_geometry(
     at::Tensor tensor, const at::Tensor& like, c10::IntArrayRef sizes, c10::IntArrayRef strides,
@@ -231,17 +256,12 @@ void end_copy_on_write(const at::Tensor& tensor) {
 namespace {
 at::Tensor shared_cpu_alias(const at::Tensor& tensor) {
   const c10::Storage& storage = tensor.storage();
-  c10::StorageImpl* device_storage = storage.unsafeGetStorageImpl();
-  // Memory of a graph's pool is held by the graph: a kernel it records must not keep
-  // the tensor's block, which returns to the pool when the tensor is freed and is
-  // reused by later allocations of the capture, as with CUDA graphs.
-  c10::DataPtr data = in_graph_pool(storage.data()) ? weak_cpu_data_of(device_storage)
-                                                    : cpu_data_of(device_storage);
   return cpu_alias_over(
       tensor,
       c10::Storage(c10::make_intrusive<c10::StorageImpl>(
-          c10::StorageImpl::use_byte_size_t(), storage.nbytes(), std::move(data),
-          cpu_view_allocator(tensor.device().index()), storage.resizable())));
+          c10::StorageImpl::use_byte_size_t(), storage.nbytes(),
+          cpu_data_of(storage.unsafeGetStorageImpl()), cpu_view_allocator(tensor.device().index()),
+          storage.resizable())));
 }
 } // namespace
 

@@ -10,6 +10,7 @@
 #include "python/MemorySnapshot.h"
 #include "python/PythonKernel.h"
 #include "runtime/Allocator.h"
+#include "runtime/HostAccess.h"
 #include "runtime/Device.h"
 #include "runtime/Generator.h"
 #include "runtime/HostAllocator.h"
@@ -155,6 +156,8 @@ PYBIND11_MODULE(_C, m) {
       "True if name.overload has a vdev kernel of its own, not the CPU fallback");
   m.def("fallback_stats", [] { return vdev::fallback_stats(); });
   m.def("reset_fallback_stats", [] { vdev::reset_fallback_stats(); });
+  m.def("host_op_stats", [] { return vdev::host_op_stats(); });
+  m.def("reset_host_op_stats", [] { vdev::reset_host_op_stats(); });
 
   m.def("current_stream", [](int index) {
     vdev::lazy_init();
@@ -204,7 +207,7 @@ PYBIND11_MODULE(_C, m) {
   // before it on the current stream is complete (torch_vdev/_inductor.py).
   m.def("wait_for_current_stream", [](int index) {
     py::gil_scoped_release no_gil;
-    vdev::synchronize_current_stream(to_index(index), "an Inductor-generated kernel");
+    vdev::synchronize_for_host_op(to_index(index), "Inductor generated kernel");
   });
   m.def("empty_strided", [](c10::IntArrayRef sizes, c10::IntArrayRef strides, py::handle dtype, int index) {
     TORCH_CHECK_TYPE(THPDtype_Check(dtype.ptr()), "dtype must be a torch.dtype");

@@ -326,12 +326,6 @@ class Pools {
     }
   }
 
-  bool in_private_pool(const void* ptr) {
-    std::lock_guard<SpinLock> lock(lock_);
-    auto it = blocks_.find(const_cast<void*>(ptr));
-    return it != blocks_.end() && it->second->pool != nullptr;
-  }
-
   bool owns(const void* ptr) {
     std::lock_guard<SpinLock> lock(lock_);
     return blocks_.count(const_cast<void*>(ptr)) != 0;
@@ -848,11 +842,6 @@ void end_allocate_to_pool(c10::DeviceIndex device, unsigned long long capture) {
 
 void release_pool(c10::DeviceIndex device, c10::MempoolId_t pool) {
   pools().release_pool(device, pool);
-}
-
-bool in_graph_pool(const void* ptr) {
-  return C10_UNLIKELY(capture_routes_under_way.load(std::memory_order_acquire) != 0) &&
-      pools().in_private_pool(ptr);
 }
 
 size_t memory_capacity(c10::DeviceIndex device) {

@@ -83,9 +83,6 @@ VDEV_API std::vector<BlockState> memory_blocks();
 void begin_allocate_to_pool(c10::DeviceIndex device, c10::MempoolId_t pool, unsigned long long capture);
 void end_allocate_to_pool(c10::DeviceIndex device, unsigned long long capture);
 void release_pool(c10::DeviceIndex device, c10::MempoolId_t pool);
-// True while a capture is under way if `ptr` is a block of a graph pool (false when
-// no capture is: the answer is only needed for the kernels a capture records).
-bool in_graph_pool(const void* ptr);
 
 // Per-device capacity in bytes.
 VDEV_API size_t memory_capacity(c10::DeviceIndex device);

@@ -1,11 +1,13 @@
 #include "runtime/Launch.h"
 
+#include "profiler/DeviceActivity.h"
 #include "runtime/RuntimeError.h"
 #include "runtime/Stream.h"
 
 #include <ATen/ThreadLocalState.h>
 
 #include <exception>
+#include <optional>
 #include <string>
 
 namespace vdev {
@@ -18,6 +20,9 @@ struct Kernel {
   // mode, ...): the kernel runs as it would have on that thread, as the autograd
   // engine's threads run their work.
   at::ThreadLocalState launching_thread;
+  // Taken while the profiler records (else empty): what the kernel's device activity
+  // is attributed to.
+  profiler::LaunchOrigin origin;
 };
 
 // A kernel may run many times: once per launch of a graph that recorded it.
@@ -25,6 +30,10 @@ void run_kernel(void* data) {
   auto* kernel = static_cast<Kernel*>(data);
   try {
     at::ThreadLocalStateGuard state(kernel->launching_thread);
+    std::optional<profiler::LaunchedWork> launched;
+    if (C10_UNLIKELY(kernel->origin.thread_id != 0)) {
+      launched.emplace(kernel->origin);
+    }
     kernel->body();
   } catch (const c10::Error& error) {
     vdrtReportLaunchFailure(
@@ -41,7 +50,9 @@ void destroy_kernel(void* data) {
 } // namespace
 
 void launch(const c10::Stream& stream, const char* op_name, std::function<void()> kernel) {
-  auto* queued = new Kernel{op_name, std::move(kernel), at::ThreadLocalState()};
+  auto* queued = new Kernel{
+      op_name, std::move(kernel), at::ThreadLocalState(),
+      profiler::recording() ? profiler::launch_origin(stream) : profiler::LaunchOrigin()};
   // The runtime owns the kernel from here (destroying it if the launch fails).
   check_runtime(
       vdrtLaunchHostFuncOwned(runtime_stream(stream), &run_kernel, queued, &destroy_kernel, op_name),
