@@ -53,8 +53,11 @@ def test_captured_work_is_recorded_not_run_and_replays_rerun_it():
     graph = torch.vdev.VDEVGraph()
     with torch.vdev.graph(graph):
         assert torch.vdev.is_current_stream_capturing()
+        assert torch.accelerator.current_stream().is_capturing()
+        assert not torch.vdev.default_stream().is_capturing()
         torch._foreach_add_([static], 1.0)
     assert not torch.vdev.is_current_stream_capturing()
+    assert not torch.accelerator.current_stream().is_capturing()
     assert_close(static.cpu(), torch.zeros(8))  # recorded, not run
     for replays in range(1, 4):
         graph.replay()
