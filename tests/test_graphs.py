@@ -5,12 +5,12 @@ capture come from the graph's private pool and return on reset(); what cannot be
 captured raises CUDA's "operation not permitted when stream is capturing" and leaves
 the process usable.
 
-Until native kernels are queued on streams (the runtime issue), the ops that are
-queued, and so capturable, are copies between vdev tensors, non_blocking pinned copies,
-the in-place foreach ops and the fused optimizers; tests of ops that still run on the
-calling thread are strict xfails naming that reason."""
+Every op launched on a stream is capturable; ops that still run on the calling thread
+(random ops, ops without a meta kernel such as relu, foreach ops returning new tensors)
+are refused, and tests that need them are strict xfails naming that reason."""
 
 import gc
+import re
 import threading
 
 import pytest
@@ -20,12 +20,6 @@ from torch.testing import assert_close
 import torch_vdev  # noqa: F401
 
 NOT_PERMITTED = "operation not permitted when stream is capturing"
-NEEDS_QUEUED_OPS = (
-    "native kernels (linear, relu, mse_loss, their backward, random ops, foreach ops "
-    "returning new tensors) still run on the calling thread, which a capture refuses: "
-    "capturable once the runtime issue queues them on streams"
-)
-needs_queued_ops = pytest.mark.xfail(reason=NEEDS_QUEUED_OPS, strict=True)
 
 
 def _chain(tensors, others):
@@ -182,19 +176,22 @@ def _check_usable():
     assert_close(x.cpu(), torch.arange(4.0) + 1)
 
 
+# What each refusal names: the op (its name, or the copy's kind, as in profiler traces).
+COPY_OUT = r"aten::copy_|Memcpy DtoH"
+COPY_IN = r"aten::copy_|Memcpy HtoD"
 REFUSED = {
-    ".item()": (lambda x: x[0].item(), "aten::_local_scalar_dense"),
-    "reduction .item()": (lambda x: x.sum().item(), "aten::sum"),
-    ".cpu()": (lambda x: x.cpu(), "aten::copy_"),
-    "copy to pageable CPU": (lambda x: torch.empty(4).copy_(x), "aten::copy_"),
-    "copy from pageable CPU": (lambda x: x.copy_(torch.ones(4)), "aten::copy_"),
+    ".item()": (lambda x: x[0].item(), r"aten::_local_scalar_dense"),
+    "reduction .item()": (lambda x: x.sum().item(), r"aten::sum|aten::_local_scalar_dense"),
+    ".cpu()": (lambda x: x.cpu(), COPY_OUT),
+    "copy to pageable CPU": (lambda x: torch.empty(4).copy_(x), COPY_OUT),
+    "copy from pageable CPU": (lambda x: x.copy_(torch.ones(4)), COPY_IN),
     "torch.vdev.synchronize()": (lambda x: torch.vdev.synchronize(), "vdrtDeviceSynchronize"),
     "stream.synchronize()": (lambda x: torch.vdev.current_stream().synchronize(), "vdrtStreamSynchronize"),
     "stream.query()": (lambda x: torch.vdev.current_stream().query(), "vdrtStreamQuery"),
     "nonzero": (lambda x: torch.nonzero(x), "aten::nonzero"),
-    "masked_select": (lambda x: torch.masked_select(x, torch.ones(4, dtype=torch.bool, device="vdev")), "aten::"),
+    "masked_select": (lambda x: torch.masked_select(x, x > 0), "aten::"),
     "unique": (lambda x: torch.unique(x), "aten::_unique2"),
-    "an op on the calling thread": (lambda x: x + 1, "aten::add"),
+    "a random op": (lambda x: torch.rand_like(x), "aten::uniform_"),
     "a Python kernel": (lambda x: _with_python_relu(x), "aten::relu"),
     "the CPU fallback": (lambda x: torch.ops.aten._adaptive_avg_pool3d(x.view(1, 1, 1, 2, 2), [1, 1, 1]), "aten::_adaptive_avg_pool3d"),
 }
@@ -212,11 +209,13 @@ def test_what_cannot_be_captured_raises_and_invalidates_the_capture(name):
     graph = torch.vdev.VDEVGraph()
     with torch.vdev.stream(torch.vdev.Stream()):
         graph.capture_begin()
-        with pytest.raises(RuntimeError, match=NOT_PERMITTED) as raised:
-            forbidden(x)
-        assert op_name in str(raised.value)
-        with pytest.raises(RuntimeError, match="previous error during capture"):
-            graph.capture_end()
+        try:
+            with pytest.raises(RuntimeError, match=NOT_PERMITTED) as raised:
+                forbidden(x)
+        finally:
+            with pytest.raises(RuntimeError, match="previous error during capture"):
+                graph.capture_end()
+    assert re.search(op_name, str(raised.value))
     assert not torch.vdev.is_current_stream_capturing()
     # The context manager lets the block's own error through.
     with pytest.raises(RuntimeError, match=NOT_PERMITTED):
@@ -518,21 +517,25 @@ def test_make_graphed_callables_functions_share_a_pool():
         first(vdev_x, vdev_x)
 
 
-# ---- needing queued native kernels ----
+# ---- native kernels launched on streams ----
 
 
-@needs_queued_ops
 def test_replayed_pointwise_ops_equal_eager():
     x = torch.randn(256, device="vdev")
     graph = torch.vdev.VDEVGraph()
     with torch.vdev.graph(graph):
-        y = (x * 2 + 1).sin().relu()
-    x.copy_(torch.randn(256).to("vdev"))
-    graph.replay()
-    assert_close(y.cpu(), (x.cpu() * 2 + 1).sin().relu())
+        y = (x * 2 + 1).sin().tanh()
+    for _ in range(2):
+        x.copy_(torch.randn(256).to("vdev"))
+        graph.replay()
+        assert_close(y.cpu(), (x.cpu() * 2 + 1).sin().tanh())
 
 
-@needs_queued_ops
+@pytest.mark.xfail(
+    reason="random ops (ops taking a generator) run on the calling thread, which a capture "
+    "refuses: capturable once they are launched on streams, drawing when they run",
+    strict=True,
+)
 def test_random_ops_draw_fresh_numbers_each_replay_and_seeded_replays_repeat():
     graph = torch.vdev.VDEVGraph()
     torch.manual_seed(0)
@@ -554,25 +557,33 @@ def test_random_ops_draw_fresh_numbers_each_replay_and_seeded_replays_repeat():
 
 
 def _mlp():
+    # Tanh: relu still runs on the calling thread (it has no meta kernel to launch by).
     torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
+    return torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Tanh(), torch.nn.Linear(64, 8))
 
 
-@needs_queued_ops
 def test_replayed_mlp_forward_equals_eager():
     model = _mlp().to("vdev")
     static_input = torch.randn(16, 32, device="vdev")
     graph = torch.vdev.VDEVGraph()
     with torch.no_grad(), torch.vdev.graph(graph):
         static_output = model(static_input)
-    new_input = torch.randn(16, 32)
-    static_input.copy_(new_input.to("vdev"))
-    graph.replay()
-    assert_close(static_output.cpu(), _mlp()(new_input).detach())
+    for _ in range(2):
+        new_input = torch.randn(16, 32)
+        static_input.copy_(new_input.to("vdev"))
+        graph.replay()
+        assert_close(static_output.cpu(), _mlp()(new_input).detach())
 
 
-@needs_queued_ops
-@pytest.mark.parametrize("fused", [False, True])
+@pytest.mark.parametrize(
+    "fused",
+    [
+        True,
+        pytest.param(False, marks=pytest.mark.xfail(
+            reason="capturable foreach Adam uses foreach ops returning new tensors "
+            "(_foreach_pow), which still run on the calling thread", strict=True)),
+    ],
+)
 def test_replayed_training_step_equals_eager(fused):
     model = _mlp().to("vdev")
     reference = _mlp()
@@ -584,7 +595,7 @@ def test_replayed_training_step_equals_eager(fused):
 
     def step(net, opt, inputs, target):
         opt.zero_grad(set_to_none=False)
-        torch.nn.functional.mse_loss(net(inputs), target).backward()
+        ((net(inputs) - target) ** 2).mean().backward()
         opt.step()
 
     warm_up = torch.vdev.Stream()
@@ -606,7 +617,6 @@ def test_replayed_training_step_equals_eager(fused):
         assert_close(p.detach().cpu(), r.detach(), rtol=1e-4, atol=1e-5)
 
 
-@needs_queued_ops
 def test_make_graphed_callables_module_with_autograd():
     model = _mlp().to("vdev")
     reference = _mlp()
@@ -618,6 +628,8 @@ def test_make_graphed_callables_module_with_autograd():
         cpu_inputs = inputs.clone().requires_grad_()
         graphed(vdev_inputs).square().sum().backward()
         reference(cpu_inputs).square().sum().backward()
-        assert_close(vdev_inputs.grad.cpu(), cpu_inputs.grad)
+        assert_close(vdev_inputs.grad.cpu(), cpu_inputs.grad, rtol=1e-4, atol=1e-5)
         for p, r in zip(model.parameters(), reference.parameters()):
-            assert_close(p.grad.cpu(), r.grad)
+            assert_close(p.grad.cpu(), r.grad, rtol=1e-4, atol=1e-5)
+            p.grad = None
+            r.grad = None
