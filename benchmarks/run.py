@@ -29,7 +29,7 @@ import torch
 import torch_vdev
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from models import TRAINING_STEPS  # noqa: E402
+from models import TRAINING_STEPS, moe_step  # noqa: E402
 
 SMALL, LARGE, FALLBACK, COPY, TRAINING = "small", "large", "fallback", "copy", "training"
 # Upper bounds on vdev time / CPU time. Launched asynchronously, a training step's
@@ -155,6 +155,11 @@ CASES = [
     Case(f"{name} training step, backward on the calling thread", TRAINING,
          backward_on_calling_thread(make))
     for name, make in TRAINING_STEPS.items()
+] + [
+    # transformers' device branch: torch.histc on integer expert indices on vdev (an
+    # accelerator dtype: computed in float64), torch.bincount on the CPU.
+    Case("mixture-of-experts training step (histc on integers)", TRAINING,
+         lambda device: moe_step(device, tokens=256, hidden=64), fallback_ops=("aten::histc", "aten::topk")),
 ]
 
 

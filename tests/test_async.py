@@ -465,3 +465,22 @@ def test_training_steps_of_launched_ops_match_cpu(optimizer):
     assert_close([l.cpu() for l in losses["vdev"]], losses["cpu"], rtol=0, atol=0)
     for vdev_param, cpu_param in zip(model.parameters(), model_cpu.parameters()):
         assert_close(vdev_param.detach().cpu(), cpu_param.detach(), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    "source_shape", [(3, 2), (3,)], ids=["larger", "mismatched"]
+)
+def test_a_queued_copy_refuses_a_source_that_does_not_broadcast_at_the_call(source_shape):
+    # CUDA checks shapes on the host before it launches; the queued copy does too, so
+    # the error is raised by copy_ itself rather than by a later synchronization.
+    destination = torch.zeros(2, device="vdev")
+    source = torch.randn(source_shape, device="vdev")
+    with pytest.raises(RuntimeError) as on_vdev:
+        destination.copy_(source)
+    with pytest.raises(RuntimeError) as on_cpu:
+        destination.cpu().copy_(source.cpu())
+    assert str(on_vdev.value) == str(on_cpu.value)
+    torch.vdev.synchronize()  # nothing deferred
+    assert destination.sum().item() == 0
+    destination.copy_(torch.ones(1, device="vdev"))  # broadcasting still works
+    assert destination.sum().item() == 2

@@ -9,7 +9,9 @@
 
 #include <ATen/Context.h>
 #include <ATen/EmptyTensor.h>
+#include <ATen/ExpandUtils.h>
 #include <ATen/MemoryOverlap.h>
+#include <ATen/TensorIterator.h>
 #include <ATen/native/Resize.h>
 #include <torch/library.h>
 
@@ -147,6 +149,18 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
     // The checks ATen's copy makes, made now so that they raise at the call.
     at::assert_no_internal_overlap(cpu_dst);
     at::assert_no_partial_overlap(cpu_dst, call.alias(self));
+    // Shapes too (a source that does not broadcast to the destination), as CUDA's
+    // TensorIterator does on the host before it launches; its error message is built
+    // only for a source that does not broadcast.
+    if (!at::is_expandable_to(self.sizes(), dst.sizes())) {
+      at::TensorIteratorConfig()
+          .add_output(cpu_dst)
+          .add_const_input(call.alias(self))
+          .resize_outputs(false)
+          .check_all_same_dtype(false)
+          .check_all_same_device(false)
+          .build();
+    }
     // The kernel runs on aliases made now (device memory is not kept alive, as on
     // CUDA; a pinned host tensor is held until the copy ran); its profiler activity is
     // the copy on the stream.
