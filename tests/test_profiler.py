@@ -88,7 +88,8 @@ def test_kernels_are_correlated_with_the_op_that_launched_them():
         if e.device_type() == DeviceType.CPU and e.correlation_id() == kernel.linked_correlation_id
     ]
     assert sorted(launching) == ["aten::mm", "vdevLaunchKernel"]
-    assert ops[0].time_range.start <= kernel.time_range.start <= kernel.time_range.end <= ops[0].time_range.end
+    # Launched on the stream: it runs after the op launched it, maybe after it returned.
+    assert ops[0].time_range.start <= kernel.time_range.start <= kernel.time_range.end
 
 
 def test_work_of_threads_that_ended_is_recorded_on_its_streams_row(tmp_path):

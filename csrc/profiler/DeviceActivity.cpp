@@ -52,6 +52,8 @@ ThreadRecords& thread_records() {
 }
 
 thread_local std::vector<uint64_t> tls_correlation_ids;
+// On a stream's worker, the launch of the kernel it runs.
+thread_local const LaunchOrigin* tls_launch_origin = nullptr;
 
 int32_t system_thread_id() {
   thread_local const int32_t id = static_cast<int32_t>(::syscall(SYS_gettid));
@@ -105,6 +107,19 @@ void pop_correlation_id() {
   }
 }
 
+LaunchOrigin launch_origin(const c10::Stream& stream) {
+  return LaunchOrigin{
+      stream.id(), tls_correlation_ids.empty() ? 0 : tls_correlation_ids.back(), system_thread_id()};
+}
+
+LaunchedWork::LaunchedWork(const LaunchOrigin& origin) : previous_(tls_launch_origin) {
+  tls_launch_origin = &origin;
+}
+
+LaunchedWork::~LaunchedWork() {
+  tls_launch_origin = previous_;
+}
+
 int64_t now_ns() {
   return c10::getTime();
 }
@@ -116,10 +131,16 @@ void ActivityScope::begin(
   activity_.kind = kind;
   activity_.name = name;
   activity_.device = device;
-  activity_.stream = stream == kCurrentStream ? current_stream_id(device) : stream;
-  activity_.correlation_id = tls_correlation_ids.empty() ? 0 : tls_correlation_ids.back();
   activity_.bytes = bytes;
-  activity_.thread_id = system_thread_id();
+  if (tls_launch_origin != nullptr && stream == kCurrentStream) {
+    activity_.stream = tls_launch_origin->stream;
+    activity_.correlation_id = tls_launch_origin->correlation_id;
+    activity_.thread_id = tls_launch_origin->thread_id;
+  } else {
+    activity_.stream = stream == kCurrentStream ? current_stream_id(device) : stream;
+    activity_.correlation_id = tls_correlation_ids.empty() ? 0 : tls_correlation_ids.back();
+    activity_.thread_id = system_thread_id();
+  }
   activity_.start_ns = now_ns();
 }
 

@@ -2,6 +2,7 @@
 
 #include "inductor/GeneratedKernel.h"
 #include "runtime/Device.h"
+#include "runtime/HostAccess.h"
 #include "runtime/Stream.h"
 
 #include <ATen/ops/empty_strided.h>
@@ -17,9 +18,12 @@ namespace {
 // Generated kernels run on the calling thread, each once the work queued before it
 // on the device's current stream is complete; the GIL is let go only to wait.
 void wait_for_current_stream(c10::DeviceIndex device) {
-  if (!query_stream(current_stream(device))) {
+  constexpr const char* kHostOpName = "Inductor generated kernel";
+  if (query_stream(current_stream(device))) {
+    synchronize_for_host_op(device, kHostOpName);
+  } else {
     pybind11::gil_scoped_release no_gil;
-    synchronize_current_stream(device);
+    synchronize_for_host_op(device, kHostOpName);
   }
 }
 

@@ -11,6 +11,7 @@
 #include "python/PythonKernel.h"
 #include "runtime/Allocator.h"
 #include "runtime/Device.h"
+#include "runtime/HostAccess.h"
 #include "runtime/Generator.h"
 #include "runtime/HostAllocator.h"
 #include "runtime/Launch.h"
@@ -147,6 +148,8 @@ PYBIND11_MODULE(_C, m) {
       "True if name.overload has a vdev kernel of its own, not the CPU fallback");
   m.def("fallback_stats", [] { return vdev::fallback_stats(); });
   m.def("reset_fallback_stats", [] { vdev::reset_fallback_stats(); });
+  m.def("host_op_stats", [] { return vdev::host_op_stats(); });
+  m.def("reset_host_op_stats", [] { vdev::reset_host_op_stats(); });
 
   m.def("current_stream", [](int index) {
     vdev::lazy_init();
