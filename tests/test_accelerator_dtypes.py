@@ -1,113 +1,29 @@
-"""Accelerator dtypes: what CUDA's kernels take and the CPU's do not (op_db's
-dtypesIfCUDA beyond its CPU dtypes) works on vdev, returns the dtype an accelerator
-returns (the meta device's, which follows the accelerators' dtype rules) and the values
-of the op computed on the CPU in a wider dtype and cast back."""
+"""Accelerator dtypes: what CUDA's kernels take and the CPU's do not works on vdev.
+Every OpInfo's accelerator dtypes (op_db's dtypesIfCUDA beyond its CPU dtypes) are
+checked in test_opinfo.py (test_accelerator_dtypes); here: in-place and out= write-back,
+the table's generator and off switch, the mixture-of-experts training step, the
+float16 FFTs' gradients and complex nansum's NaN handling."""
 
 import pathlib
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
-from torch.testing._internal.common_methods_invocations import op_db
-from torch.utils._pytree import tree_flatten, tree_map
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "benchmarks"))
+from models import moe_step  # noqa: E402
 
 DEVICE = torch._C._get_privateuse1_backend_name()
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
-# The reference computes in these dtypes on the CPU.
-REFERENCE_DTYPE = {
-    torch.float16: torch.float32,
-    torch.bfloat16: torch.float32,
-    torch.complex32: torch.complex64,
-    torch.complex64: torch.complex128,
-    torch.bool: torch.uint8,
-    **{dtype: torch.float64 for dtype in (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)},
-}
-
-_FFT_HALF = "float16 FFTs: torch.fft's composite refuses half on devices other than CUDA before reaching vdev"
-_NANSUM_COMPLEX = "nansum has no complex CPU kernel in any width: needs a decomposition, not widening"
-NOT_YET = {
-    **{(op.full_name, torch.float16): _FFT_HALF for op in op_db if op.full_name.startswith("fft.")},
-    **{
-        (name, dtype): _NANSUM_COMPLEX
-        for name in ("nansum", "nanmean")
-        for dtype in (torch.complex32, torch.complex64, torch.complex128)
-    },
-}
-# CUDA-only kernels (no CPU kernel in any dtype): not accelerator dtypes of a CPU op.
-CUDA_ONLY = {"torch.ops.aten._flash_attention_forward", "torch.ops.aten._efficient_attention_forward"}
-
-
-def accelerator_cases():
-    return list(_accelerator_cases())
-
-
-def _accelerator_cases():
-    for op in op_db:
-        if op.full_name in CUDA_ONLY:
-            continue
-        for dtype in sorted(set(op.dtypesIf.get("cuda", op.dtypes)) - set(op.dtypes), key=str):
-            marks = ()
-            if (op.full_name, dtype) in NOT_YET:
-                marks = (pytest.mark.xfail(strict=True, reason=NOT_YET[(op.full_name, dtype)]),)
-            yield pytest.param(op, dtype, id=f"{op.full_name}-{str(dtype)[6:]}", marks=marks)
-
 
 def tolerance(dtype):
-    """16-bit results of composites (hfft2: a c2c then a c2r transform) are rounded
-    in their dtype between steps, where the reference is not: a few of their ulps."""
+    """16-bit results are compared at their dtype's precision."""
     if dtype in (torch.float16, torch.bfloat16, torch.complex32):
         return {"rtol": 1e-2, "atol": 5e-2}
     return {}
-
-
-def moved(tree, device, dtype=None, to=None):
-    def move(value):
-        if isinstance(value, torch.dtype):
-            return to if to is not None and value == dtype else value  # dtype= arguments
-        if not isinstance(value, torch.Tensor):
-            return value
-        value = value.detach()
-        return value.to(device, to) if to is not None and value.dtype == dtype else value.to(device)
-
-    return tree_map(move, tree)
-
-
-def tensors(tree):
-    return [t for t in tree_flatten(tree)[0] if isinstance(t, torch.Tensor)]
-
-
-def cpu_reference(op, parts, dtype):
-    """The op on the CPU in `dtype` where the CPU kernels take it (vdev runs them as
-    they are), else in a wider dtype."""
-    for compute in (dtype, REFERENCE_DTYPE.get(dtype, dtype)):
-        args = moved(parts, "cpu", dtype, compute)
-        torch.manual_seed(0)
-        try:
-            return op(args[0], *args[1], **args[2])
-        except (NotImplementedError, RuntimeError):
-            if compute == REFERENCE_DTYPE.get(dtype, dtype):
-                raise
-
-
-@pytest.mark.parametrize("op, dtype", accelerator_cases())
-def test_accelerator_dtype_matches_cpu_in_a_wider_dtype(op, dtype):
-    samples = list(op.sample_inputs(DEVICE, dtype))
-    assert samples
-    for sample in samples:
-        parts = (sample.input, sample.args, sample.kwargs)
-        torch.manual_seed(0)
-        actual = op(sample.input, *sample.args, **sample.kwargs)
-        meta = moved(parts, "meta")
-        expected_dtypes = [t.dtype for t in tensors(op(meta[0], *meta[1], **meta[2]))]
-        reference = cpu_reference(op, parts, dtype)
-        assert [t.dtype for t in tensors(actual)] == expected_dtypes, sample.summary()
-        assert all(t.device.type == DEVICE for t in tensors(actual))
-        for got, want in zip(tensors(actual), tensors(reference)):
-            torch.testing.assert_close(
-                got.cpu(), want.to(got.dtype), equal_nan=True, msg=lambda m: f"{m}\n{sample.summary()}", **tolerance(got.dtype)
-            )
 
 
 def test_in_place_and_out_variants_write_back_in_the_accelerator_dtype():
@@ -145,50 +61,12 @@ def test_off_switch_takes_only_what_the_cpu_takes(run_in_subprocess):
     assert "refused" in finished.stdout and "histogram_cpu" in finished.stdout, finished.stderr
 
 
-class MoeBlock(torch.nn.Module):
-    """A Mixtral-style sparse mixture-of-experts block, with transformers' device branch:
-    expert load is counted with torch.histc on the integer expert indices except on
-    the CPU (and MPS), which cannot."""
-
-    def __init__(self, hidden=16, experts=4, top_k=2):
-        super().__init__()
-        self.top_k, self.experts = top_k, experts
-        self.gate = torch.nn.Linear(hidden, experts, bias=False)
-        self.w = torch.nn.ModuleList(torch.nn.Linear(hidden, hidden) for _ in range(experts))
-
-    def forward(self, x):
-        weights = torch.softmax(self.gate(x), dim=-1)
-        weights, chosen = torch.topk(weights, self.top_k, dim=-1)
-        weights = weights / weights.sum(dim=-1, keepdim=True)
-        if x.device.type in ("cpu", "mps"):
-            load = torch.bincount(chosen.flatten(), minlength=self.experts)
-        else:
-            load = torch.histc(chosen.int(), bins=self.experts, min=0, max=self.experts - 1)
-        out = torch.zeros_like(x)
-        for expert in range(self.experts):
-            if load[expert] == 0:
-                continue
-            token, slot = torch.where(chosen == expert)
-            out.index_add_(0, token, self.w[expert](x[token]) * weights[token, slot, None])
-        balance = (load.float() / load.sum()).square().sum()
-        return out, balance
-
-
 def test_mixture_of_experts_trains_as_on_cpu():
+    """transformers' device branch: histc on integers on vdev, bincount on the CPU."""
+
     def train(device):
-        torch.manual_seed(0)
-        block = MoeBlock().to(device)
-        optimizer = torch.optim.SGD(block.parameters(), lr=0.1)
-        data = torch.randn(32, 16, generator=torch.Generator().manual_seed(1)).to(device)
-        losses = []
-        for _ in range(3):
-            out, balance = block(data)
-            loss = out.square().mean() + 0.01 * balance
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            losses.append(loss.item())
-        return losses
+        step = moe_step(device)
+        return [step().item() for _ in range(3)]
 
     torch.testing.assert_close(train(DEVICE), train("cpu"))
 
@@ -201,3 +79,51 @@ def test_widened_copy_waits_for_work_queued_on_the_stream():
     histogram = torch.histc(counts, bins=4, min=0, max=63)
     expected = torch.histc(torch.arange(64, dtype=torch.float64), bins=4, min=0, max=63)
     torch.testing.assert_close(histogram.cpu().to(torch.float64), expected)
+
+
+@pytest.mark.parametrize("dtype", (torch.complex32, torch.complex64, torch.complex128), ids=str)
+def test_complex_nansum_and_nanmean_skip_elements_with_a_nan_part(dtype):
+    """As CUDA's kernel (and NumPy): an element whose real or imaginary part is NaN
+    counts as zero, and nanmean does not count it."""
+    values = torch.randn(4, 6, dtype=torch.complex64, generator=torch.Generator().manual_seed(0))
+    values[0, 1] = complex(float("nan"), 1.0)
+    values[2, 3] = complex(1.0, float("nan"))
+    values[3, :] = complex(float("nan"), float("nan"))
+    on_device = values.to(dtype).to(DEVICE)
+    wide = values.to(dtype).to(torch.complex128).numpy()
+    for dim in (None, 1):
+        total = torch.nansum(on_device, dim=dim)
+        mean = torch.nanmean(on_device, dim=dim)
+        assert total.dtype == mean.dtype == dtype
+        torch.testing.assert_close(total.cpu(), torch.as_tensor(np.nansum(wide, axis=dim)).to(dtype), **tolerance(dtype))
+        torch.testing.assert_close(
+            mean.cpu(), torch.as_tensor(np.nanmean(wide, axis=dim)).to(dtype), equal_nan=True, **tolerance(dtype)
+        )
+
+
+@pytest.mark.parametrize("transform", ("fft", "rfft", "ihfft", "irfft", "hfft2", "rfftn"))
+def test_half_precision_fft_gradients_and_out_match_float32_cast_back(transform):
+    """torch.fft's composites refuse float16 off CUDA before reaching vdev; vdev's own
+    autograd kernels run them in float32 and return CUDA's dtypes, with gradients in
+    float16 and out= results written in out's dtype."""
+    function = getattr(torch.fft, transform)
+    values = torch.randn(4, 8, generator=torch.Generator().manual_seed(0)).half()
+    on_device = values.to(DEVICE).requires_grad_()
+    reference_input = values.float().requires_grad_()
+    result, reference = function(on_device), function(reference_input)
+    narrow = torch.complex32 if reference.is_complex() else torch.float16
+    assert result.dtype == narrow
+    torch.testing.assert_close(result.cpu(), reference.detach().to(narrow), **tolerance(narrow))
+    weights = torch.randn(reference.shape, dtype=reference.dtype, generator=torch.Generator().manual_seed(1))
+    (result * weights.to(narrow).to(DEVICE)).real.sum().backward()
+    (reference * weights.to(narrow).to(reference.dtype)).real.sum().backward()
+    assert on_device.grad.dtype == torch.float16
+    torch.testing.assert_close(on_device.grad.cpu(), reference_input.grad.half(), **tolerance(torch.float16))
+    out = torch.empty(0, dtype=narrow, device=DEVICE)
+    assert function(values.to(DEVICE), out=out) is out
+    torch.testing.assert_close(out.cpu(), reference.detach().to(narrow), **tolerance(narrow))
+
+
+def test_bfloat16_ffts_are_refused_as_on_cuda():
+    with pytest.raises(RuntimeError, match="Unsupported dtype BFloat16"):
+        torch.fft.rfft(torch.randn(8, device=DEVICE, dtype=torch.bfloat16))

@@ -18,7 +18,18 @@ from expected_failures import EXPECTED_FAILURES
 TESTS_DIR = os.path.dirname(__file__)
 
 ENTRIES = {
-    "TestOpInfo": ({op.full_name for op in op_db}, {"test_forward", "test_noncontiguous", "test_out", "test_inplace", "test_grad"}),
+    "TestOpInfo": (
+        {op.full_name for op in op_db},
+        {
+            "test_forward",
+            "test_noncontiguous",
+            "test_out",
+            "test_inplace",
+            "test_grad",
+            "test_accelerator_dtypes",
+            "test_nested_forward",
+        },
+    ),
     "TestModuleInfo": ({info.name for info in module_db}, {"test_forward_backward"}),
     "TestOptimInfo": ({info.name for info in optim_db}, {"test_steps_match_cpu"}),
 }

@@ -104,7 +104,6 @@ def test_jagged_scaled_dot_product_attention_matches_cpu():
     assert_same_components(attend(DEVICE, False)[1], attend("cpu", False)[1])
 
 
-@pytest.mark.xfail(strict=True, reason="its backward mixes a CPU tensor into a vdev op (not investigated yet)")
 def test_jagged_scaled_dot_product_attention_gradients_match_cpu():
     def gradient(device):
         inputs, out = attend(device, True)
@@ -135,3 +134,31 @@ def test_strided_nested_linear_layer_and_its_gradients_match_cpu():
     (out, weight_grad), (cpu_out, cpu_weight_grad) = run(DEVICE), run("cpu")
     assert_same_components(out, cpu_out)
     assert_close(weight_grad.cpu(), cpu_weight_grad)
+
+
+def test_strided_nested_metadata_stays_on_the_cpu_as_on_cuda():
+    on_device = nested(DEVICE, torch.strided)
+    for metadata in (
+        on_device._nested_tensor_size(),
+        on_device._nested_tensor_strides(),
+        on_device._nested_tensor_storage_offsets(),
+    ):
+        assert metadata.device.type == "cpu"
+    assert torch.equal(on_device._nested_tensor_size(), nested("cpu", torch.strided)._nested_tensor_size())
+
+
+def test_strided_nested_matmul_gradients_match_cpu():
+    """The path of scaled_dot_product_attention's math backend for nested inputs."""
+
+    def run(device):
+        generator = torch.Generator().manual_seed(0)
+        parts = [torch.randn(2, length, 4, generator=generator) for length in (3, 5)]
+        inputs = torch.nested.nested_tensor([p.to(device) for p in parts], device=device, requires_grad=True)
+        scores = torch.matmul(inputs, inputs.transpose(-2, -1)).softmax(-1)
+        out = torch.matmul(scores, inputs)
+        torch.nested.to_padded_tensor(out, 0.0).square().sum().backward()
+        return out, inputs.grad
+
+    (out, grad), (cpu_out, cpu_grad) = run(DEVICE), run("cpu")
+    assert_same_components(out, cpu_out)
+    assert_same_components(grad, cpu_grad)

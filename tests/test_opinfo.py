@@ -3,9 +3,14 @@
 For each entry and one dtype of each category it supports (floating, integral, bool,
 complex), five tests: forward, non-contiguous samples, `out=` (result is the given
 tensor, resizing an empty one), in-place (result is the input object), and gradients
-in float32 and float64. Random ops are compared under the same seed: a seeded vdev
-generator draws what a seeded CPU generator draws. Where the CPU raises, vdev must
-raise the same exception type. Expected failures are data (expected_failures.py).
+in float32 and float64. A sixth runs every entry in each accelerator dtype it has - a
+dtype CUDA's kernels take and the CPU's do not (dtypesIfCUDA beyond dtypes) - against
+the sample computed on the CPU in a wider dtype and cast back. A seventh runs the
+nested-tensor (jagged layout) translation of op_db (`njt_op_db`: the entries PyTorch
+gives nested samples) in float32 against the same nested samples on the CPU. Random
+ops are compared under the same seed: a seeded vdev generator draws what a seeded CPU
+generator draws. Where the CPU raises, vdev must raise the same exception type.
+Expected failures are data (expected_failures.py).
 """
 
 import copy
@@ -19,9 +24,10 @@ from torch.testing._internal.common_device_type import (
 )
 from torch.testing._internal.common_methods_invocations import op_db
 from torch.testing._internal.common_utils import TestCase, noncontiguous_like, run_tests
+from torch.testing._internal.opinfo.definitions.nested import njt_op_db
 from torch.utils._pytree import tree_map
 
-from device_suites import DEVICE_TYPE, result_device_type, tensors_in, to_cpu, with_expected_failures
+from device_suites import DEVICE_TYPE, result_device_type, tensors_in, to_cpu, to_device, with_expected_failures
 
 # One dtype per category, the first the op supports in each list.
 DTYPE_CATEGORIES = (
@@ -49,6 +55,50 @@ marked_op_db = with_expected_failures(op_db, "TestOpInfo")
 representative_op_db = [with_one_dtype_per_category(op) for op in marked_op_db]
 
 
+def accelerator_dtypes(op):
+    """The dtypes CUDA's kernels take for `op` and the CPU's do not."""
+    return set(op.dtypesIf.get("cuda", op.dtypes)) - set(op.dtypes)
+
+
+def with_accelerator_dtypes(op):
+    op = copy.copy(op)
+    op.dtypesIf = {**op.dtypesIf, DEVICE_TYPE: accelerator_dtypes(op)}
+    return op
+
+
+# Entries with no CPU kernel to compare with, checked elsewhere.
+ACCELERATOR_DTYPES_CHECKED_ELSEWHERE = {
+    "torch.ops.aten._flash_attention_forward": "CUDA-only kernel: test_attention_kernels.py checks it against the math path",
+}
+accelerator_dtype_op_db = [
+    with_accelerator_dtypes(op)
+    for op in marked_op_db
+    if accelerator_dtypes(op) and op.full_name not in ACCELERATOR_DTYPES_CHECKED_ELSEWHERE
+]
+
+# The entries with nested samples (njt_op_db translates op_db's entries; the others
+# have none).
+nested_op_db = [op for op in with_expected_failures(njt_op_db, "TestOpInfo") if op.supports_njt]
+
+# Tolerances beyond the dtype's defaults (the OpInfos set none for these dtypes).
+ACCELERATOR_DTYPE_TOLERANCES = {
+    # Two transforms (c2c, then c2r), each rounded to complex32 as on CUDA; the
+    # reference rounds once.
+    "fft.hfft2": {"atol": 5e-2, "rtol": 1e-2},
+    "fft.hfftn": {"atol": 5e-2, "rtol": 1e-2},
+}
+
+# The reference computes an accelerator dtype in this wider one on the CPU.
+WIDER_DTYPE = {
+    torch.float16: torch.float32,
+    torch.bfloat16: torch.float32,
+    torch.complex32: torch.complex64,
+    torch.complex64: torch.complex128,
+    torch.bool: torch.uint8,
+    **{dtype: torch.float64 for dtype in (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)},
+}
+
+
 def sample_parts(sample):
     return sample.input, sample.args, sample.kwargs
 
@@ -68,6 +118,35 @@ def call(fn, parts):
     input, args, kwargs = parts
     torch.manual_seed(SEED)
     return fn(input, *args, **kwargs)
+
+
+def widened(parts, dtype, wider):
+    """The sample on the CPU with its `dtype` tensors (and dtype= arguments) in `wider`."""
+
+    def widen(value):
+        if isinstance(value, torch.dtype):
+            return wider if value == dtype else value
+        if isinstance(value, torch.Tensor) and value.dtype == dtype:
+            return value.to(wider)
+        return value
+
+    return tree_map(widen, to_cpu(parts))
+
+
+def wider_reference(op, parts, dtype):
+    """The op on the CPU in `dtype` where the CPU kernels take it (as vdev runs them),
+    else in a wider dtype; where no CPU kernel takes the op in any width (nansum of
+    complex tensors), the OpInfo's NumPy reference in the wider dtype."""
+    wider = WIDER_DTYPE.get(dtype, dtype)
+    for compute in dict.fromkeys((dtype, wider)):
+        try:
+            return call(op, widened(parts, dtype, compute))
+        except (NotImplementedError, RuntimeError):
+            if compute == wider and op.ref is None:
+                raise
+    as_numpy = lambda value: value.detach().numpy() if isinstance(value, torch.Tensor) else value
+    input, args, kwargs = tree_map(as_numpy, widened(parts, dtype, wider))
+    return torch.as_tensor(op.ref(input, *args, **kwargs))
 
 
 class CpuRaised(Exception):
@@ -185,6 +264,41 @@ class TestOpInfo(TestCase):
             self.assertIs(result, target)
             self.assertIs(expected, cpu_target)
             self.assert_matches_cpu(op, target, cpu_target)
+
+        self.for_each_sample(op.sample_inputs(device, dtype), check)
+
+    @ops(accelerator_dtype_op_db, dtypes=OpDTypes.supported)
+    def test_accelerator_dtypes(self, device, dtype, op):
+        """The dtype CUDA returns (the meta device's, which follows the accelerators'
+        rules) and the values of the op computed in a wider dtype, cast back."""
+
+        def check(sample):
+            parts = sample_parts(sample)
+            actual = call(op, parts)
+            expected_dtypes = [t.dtype for t in tensors_in(call(op, to_device(parts, "meta")))]
+            reference = wider_reference(op, parts, dtype)
+            self.assertEqual([t.dtype for t in tensors_in(actual)], expected_dtypes)
+            for got, want in zip(tensors_in(actual), tensors_in(reference), strict=True):
+                self.assertEqual(got.device.type, DEVICE_TYPE)
+                self.assertEqual(
+                    got, want.to(got.dtype), exact_device=False, **ACCELERATOR_DTYPE_TOLERANCES.get(op.full_name, {})
+                )
+
+        self.for_each_sample(op.sample_inputs(device, dtype), check)
+
+    @ops(nested_op_db, allowed_dtypes=(torch.float32,))
+    def test_nested_forward(self, device, dtype, op):
+        """Results as the CPU's on the same nested samples, compared component by component."""
+
+        def components(tree):
+            return [part for t in tensors_in(tree) for part in (t.unbind() if t.is_nested else (t,))]
+
+        def check(sample):
+            parts = sample_parts(sample)
+            actual, expected = self.run_on_both(lambda parts: call(op, parts), parts)
+            for tensor in tensors_in(actual):
+                self.assertEqual(tensor.device.type, result_device_type(parts))
+            self.assertEqual(components(actual), components(expected), exact_device=False)
 
         self.for_each_sample(op.sample_inputs(device, dtype), check)
 

@@ -3,6 +3,7 @@
 #include "aten/Tensor.h"
 #include "runtime/Allocator.h"
 #include "runtime/Device.h"
+#include "runtime/HostAccess.h"
 #include "runtime/Stream.h"
 
 #include <c10/core/StorageImpl.h>
@@ -83,6 +84,8 @@ int share_device_memory(const at::Tensor& tensor) {
   if (current.get_deleter() == &release_mapping) {
     return static_cast<SharedMapping*>(current.get_context())->fd;
   }
+  // The copy below reads the memory on the host.
+  synchronize_for_host_op(tensor.device().index(), "share_memory_");
   const size_t nbytes = storage->nbytes();
   const int fd = memfd_create("vdev-shared-memory", MFD_CLOEXEC);
   TORCH_CHECK(fd >= 0, "cannot create shared ", kBackendName, " memory: ", std::strerror(errno));

@@ -187,7 +187,7 @@ def main():
         short = lambda dtypes: ", ".join(str(d).removeprefix("torch.") for d in dtypes)
         for entry, (gained, failing, ops) in outcome.items():
             ops_text = ", ".join(f"`{op.removeprefix('aten::')}`" for op in ops)
-            ops_text = ops_text or ("(the CPU kernels take them)" if gained else "-")
+            ops_text = ops_text or ("(taken without widening)" if gained else "-")
             print(f"| `{entry}` | {short(gained)} | {ops_text} | {short(failing)} |")
         return 0
     for entry, (gained, failing, _) in outcome.items():

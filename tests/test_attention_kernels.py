@@ -1,0 +1,131 @@
+"""CUDA's attention kernels that have no CPU kernel, on vdev (torch.nn.attention.varlen
+and code written for accelerators call them directly): outputs, logsumexp and
+gradients against the math path on the CPU in float32, with FlashAttention's
+bottom-right aligned causal mask and windows."""
+
+import math
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+DEVICE = torch._C._get_privateuse1_backend_name()
+LOW = {"atol": 2e-2, "rtol": 2e-2}
+
+
+def reference(q, k, v, is_causal=False, window=(-1, -1), scale=None):
+    """One sequence, (length, heads, dim) inputs in float32: (output, logsumexp (heads, length))."""
+    q, k, v = (t.transpose(0, 1).float() for t in (q, k, v))
+    group = q.shape[0] // k.shape[0]
+    k, v = k.repeat_interleave(group, 0), v.repeat_interleave(group, 0)
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scores = q @ k.transpose(1, 2) * scale
+    rows = torch.arange(q.shape[1]).unsqueeze(1) + (k.shape[1] - q.shape[1])
+    keys = torch.arange(k.shape[1]).unsqueeze(0)
+    left, right = window[0], 0 if is_causal else window[1]
+    allowed = torch.ones(q.shape[1], k.shape[1], dtype=torch.bool)
+    if right >= 0:
+        allowed &= keys <= rows + right
+    if left >= 0:
+        allowed &= keys >= rows - left
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    logsumexp = scores.logsumexp(-1)
+    weights = torch.nan_to_num(torch.exp(scores - logsumexp.unsqueeze(-1)), nan=0.0)
+    logsumexp = logsumexp.masked_fill(logsumexp.isneginf(), float("inf"))
+    return (weights @ v).transpose(0, 1), logsumexp
+
+
+def make(*shape, dtype=torch.float16, seed=0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=str)
+@pytest.mark.parametrize("is_causal", (False, True))
+@pytest.mark.parametrize("kv_heads", (4, 2))
+def test_flash_attention_dense_matches_the_math_path(dtype, is_causal, kv_heads):
+    q, k, v = make(2, 11, 4, 8, dtype=dtype), make(2, 32, kv_heads, 8, dtype=dtype, seed=1), make(2, 32, kv_heads, 8, dtype=dtype, seed=2)
+    leaves = [t.to(DEVICE).requires_grad_() for t in (q, k, v)]
+    out, logsumexp, rng_state, unused, debug = torch.ops.aten._flash_attention_forward(
+        *leaves, None, None, 11, 32, 0.0, is_causal, False, scale=0.3
+    )
+    assert out.dtype == dtype and logsumexp.dtype == torch.float32 and logsumexp.shape == (2, 4, 11)
+    assert rng_state.dtype == torch.uint64 and rng_state.shape == (2,)
+    cpu_leaves = [t.float().requires_grad_() for t in (q, k, v)]
+    for b in range(2):
+        want_out, want_lse = reference(*(t[b] for t in cpu_leaves), is_causal=is_causal, scale=0.3)
+        assert_close(out[b].cpu().float(), want_out.detach(), **LOW)
+        assert_close(logsumexp[b].cpu(), want_lse.detach(), **LOW)
+    grad = make(*out.shape, dtype=dtype, seed=3)
+    (out.float() * grad.to(DEVICE).float()).sum().backward()
+    torch.stack([reference(*(t[b] for t in cpu_leaves), is_causal=is_causal, scale=0.3)[0] for b in range(2)]).mul(
+        grad.float()
+    ).sum().backward()
+    for got, want in zip(leaves, cpu_leaves):
+        assert got.grad.dtype == dtype
+        assert_close(got.grad.cpu().float(), want.grad, **LOW)
+
+
+def test_flash_attention_packed_sequences_with_a_window_match_the_math_path():
+    lengths_q, lengths_k = [3, 1, 6], [5, 4, 6]
+    cum_q = torch.tensor([0, *torch.tensor(lengths_q).cumsum(0).tolist()], dtype=torch.int32)
+    cum_k = torch.tensor([0, *torch.tensor(lengths_k).cumsum(0).tolist()], dtype=torch.int32)
+    q, k, v = make(10, 4, 16), make(15, 2, 16, seed=1), make(15, 2, 16, seed=2)
+    leaves = [t.to(DEVICE).requires_grad_() for t in (q, k, v)]
+    out, logsumexp, *_ = torch.ops.aten._flash_attention_forward(
+        *leaves, cum_q.to(DEVICE), cum_k.to(DEVICE), 6, 6, 0.0, True, False, window_size_left=2
+    )
+    assert logsumexp.shape == (4, 10)
+    grad = make(*out.shape, seed=3)
+    (out.float() * grad.to(DEVICE).float()).sum().backward()
+    cpu_leaves = [t.float().requires_grad_() for t in (q, k, v)]
+    total = 0
+    for s in range(3):
+        parts = (cpu_leaves[0][cum_q[s] : cum_q[s + 1]], cpu_leaves[1][cum_k[s] : cum_k[s + 1]], cpu_leaves[2][cum_k[s] : cum_k[s + 1]])
+        want_out, want_lse = reference(*parts, is_causal=True, window=(2, -1))
+        assert_close(out[cum_q[s] : cum_q[s + 1]].cpu().float(), want_out.detach(), **LOW)
+        assert_close(logsumexp[:, cum_q[s] : cum_q[s + 1]].cpu(), want_lse.detach(), **LOW)
+        total = total + (want_out * grad[cum_q[s] : cum_q[s + 1]].float()).sum()
+    total.backward()
+    for got, want in zip(leaves, cpu_leaves):
+        assert_close(got.grad.cpu().float(), want.grad, **LOW)
+
+
+def test_flash_attention_dropout_is_replayed_by_its_backward():
+    """With dropout, the backward uses the forward's masks: gradients equal autograd's
+    through the same computation (the output is linear in value)."""
+    q, k, v = (make(1, 8, 2, 8, seed=s).to(DEVICE) for s in range(3))
+    value = v.clone().requires_grad_()
+    torch.manual_seed(0)
+    out, _, rng_state, _, _ = torch.ops.aten._flash_attention_forward(q, k, value, None, None, 8, 8, 0.5, False, False)
+    torch.manual_seed(0)
+    again, *_ = torch.ops.aten._flash_attention_forward(q, k, v, None, None, 8, 8, 0.5, False, False)
+    assert torch.equal(out.cpu(), again.cpu())  # the device generator's seed decides the masks
+    (grad_value,) = torch.autograd.grad(out.float().sum(), value)
+    # d(sum out)/d(value) = column sums of the dropped-out attention weights; recompute
+    # them as the output for value = identity rows.
+    eye = torch.eye(8, dtype=torch.float16).view(1, 8, 1, 8).expand(1, 8, 2, 8).contiguous().to(DEVICE)
+    torch.manual_seed(0)
+    weights, *_ = torch.ops.aten._flash_attention_forward(q, k, eye, None, None, 8, 8, 0.5, False, False)
+    assert_close(grad_value.cpu().float(), weights.cpu().float().sum(1, keepdim=True).transpose(1, 3).expand_as(grad_value).contiguous(), **LOW)
+
+
+def test_flash_attention_refuses_float32_as_cuda_does():
+    q = torch.randn(1, 4, 2, 8, device=DEVICE)
+    with pytest.raises(RuntimeError, match="only support fp16 and bf16"):
+        torch.ops.aten._flash_attention_forward(q, q, q, None, None, 4, 4, 0.0, False, False)
+
+
+def test_varlen_attn_trains_on_vdev():
+    from torch.nn.attention.varlen import varlen_attn
+
+    cum = torch.tensor([0, 3, 7], dtype=torch.int32)
+    q, k, v = make(7, 2, 8), make(7, 2, 8, seed=1), make(7, 2, 8, seed=2)
+    leaves = [t.to(DEVICE).requires_grad_() for t in (q, k, v)]
+    out = varlen_attn(*leaves, cum.to(DEVICE), cum.to(DEVICE), 4, 4, window_size=(-1, 0))
+    out.float().sum().backward()
+    cpu_leaves = [t.float().requires_grad_() for t in (q, k, v)]
+    want = torch.cat([reference(*(t[cum[s] : cum[s + 1]] for t in cpu_leaves), is_causal=True)[0] for s in range(2)])
+    want.sum().backward()
+    assert_close(out.cpu().float(), want.detach(), **LOW)
+    for got, expected in zip(leaves, cpu_leaves):
+        assert_close(got.grad.cpu().float(), expected.grad, **LOW)
