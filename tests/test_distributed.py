@@ -670,10 +670,10 @@ def test_torchrun_example_trains_as_on_cpu():
     def run(*args):
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                    script, "--steps", "4", *args]
-        process = subprocess.run(command, capture_output=True, text=True, timeout=300)
-        if process.returncode != 0 and "final loss" in process.stdout and EXIT_ABORT in process.stderr:
-            # PyTorch's race at exit (EXIT_ABORT), after the run: once more.
+        for _ in range(3):  # PyTorch's race at exit (EXIT_ABORT), after training: again
             process = subprocess.run(command, capture_output=True, text=True, timeout=300)
+            if not (process.returncode != 0 and "final loss" in process.stdout and EXIT_ABORT in process.stderr):
+                break
         assert process.returncode == 0, process.stdout + process.stderr
         return process
 
