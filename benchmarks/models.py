@@ -42,7 +42,7 @@ def cnn_step(device: str, batch: int = 16):
     return _classifier_step(model, optimizer, inputs, targets)
 
 
-def transformer_step(device: str, batch: int = 8, length: int = 32, vocab: int = 1000):
+def transformer_step(device: str, batch: int = 8, length: int = 32, vocab: int = 1000, layers: int = 2):
     torch.manual_seed(0)
 
     class TinyLM(torch.nn.Module):
@@ -50,7 +50,7 @@ def transformer_step(device: str, batch: int = 8, length: int = 32, vocab: int =
             super().__init__()
             self.embed = torch.nn.Embedding(vocab, 64)
             layer = torch.nn.TransformerEncoderLayer(64, 4, 128, dropout=0.1, batch_first=True)
-            self.encoder = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+            self.encoder = torch.nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
             self.norm = torch.nn.LayerNorm(64)
             self.head = torch.nn.Linear(64, vocab)
 

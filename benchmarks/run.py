@@ -32,11 +32,16 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from models import TRAINING_STEPS, moe_step  # noqa: E402
 
 SMALL, LARGE, FALLBACK, COPY, TRAINING = "small", "large", "fallback", "copy", "training"
-# Upper bounds on vdev time / CPU time.
-LIMITS = {SMALL: 1.15, LARGE: 1.05, FALLBACK: 1.05, COPY: 1 / 0.9, TRAINING: 1.05}
+# Upper bounds on vdev time / CPU time. Launched asynchronously, a training step's
+# host work overlaps its kernels (so it should beat CPU eager) and a small op costs a
+# launch; with VDEV_LAUNCH_BLOCKING=1 every launch runs before it returns.
+LAUNCH_BLOCKING = os.environ.get("VDEV_LAUNCH_BLOCKING", "0") == "1"
+if LAUNCH_BLOCKING:
+    LIMITS = {SMALL: 1.15, LARGE: 1.05, FALLBACK: 1.05, COPY: 1 / 0.9, TRAINING: 1.05}
+else:
+    LIMITS = {SMALL: 1.3, LARGE: 1.02, FALLBACK: 1.02, COPY: 1 / 0.9, TRAINING: 0.9}
 TARGET_TEXT = {
-    SMALL: "≤ 1.15×", LARGE: "≤ 1.05×", FALLBACK: "≤ 1.05×",
-    COPY: "≥ 0.9× memcpy bw", TRAINING: "≤ 1.05×",
+    kind: "≥ 0.9× memcpy bw" if kind == COPY else f"≤ {limit:.2f}×" for kind, limit in LIMITS.items()
 }
 MB = 1 << 20
 

@@ -96,8 +96,9 @@ def test_ops_on_the_calling_thread_wait_for_their_stream():
     ones = _device_ones()
     torch.vdev._sleep(BUSY_MS)
     target.copy_(ones)
-    doubled = target * 2  # runs on the calling thread after the queued copy
-    assert doubled.sum().item() == 2 * N
+    nonzero = target.nonzero()  # its output size depends on data: the calling thread
+    assert torch.vdev.current_stream().query()
+    assert nonzero.shape == (N, 1)
 
 
 def test_elapsed_time_measures_execution_on_the_stream():
@@ -172,7 +173,7 @@ def test_a_failing_kernel_surfaces_at_the_next_synchronization():
         lambda: torch.zeros(1, device="vdev").cpu(),
         lambda: torch.vdev.current_stream().synchronize(),
         lambda: torch.vdev.current_stream().record_event().synchronize(),
-        lambda: torch.zeros(1, device="vdev") + 1,  # an op run on the calling thread
+        lambda: torch.zeros(1, device="vdev").nonzero(),  # an op run on the calling thread
     ],
     ids=["item", "cpu", "stream", "event", "op"],
 )
@@ -298,3 +299,188 @@ def test_a_failing_queued_foreach_names_its_op():
     with pytest.raises(RuntimeError, match="aten::_foreach_add_"):
         torch.vdev.synchronize()
     torch.vdev.synchronize()
+
+
+# Ops launched on the stream: the host returns once they are queued.
+
+READS = [
+    lambda t: t[0].item(),
+    lambda t: t.cpu()[0].item(),
+    lambda t: t.tolist()[0],
+    lambda t: (torch.vdev.synchronize(), t.cpu()[0].item())[1],
+    lambda t: (torch.vdev.current_stream().synchronize(), t.cpu()[0].item())[1],
+    lambda t: (torch.vdev.current_stream().record_event().synchronize(), t.cpu()[0].item())[1],
+]
+READ_IDS = ["item", "cpu", "tolist", "device_synchronize", "stream_synchronize", "event_synchronize"]
+
+
+@pytest.mark.parametrize("read", READS, ids=READ_IDS)
+@pytest.mark.parametrize(
+    "op",
+    [
+        lambda x: x + 1,
+        lambda x: torch.mm(x.view(64, 64), x.view(64, 64)).flatten() / 64 + 1,
+        lambda x: torch.nn.functional.gelu(x).mul(2).sub_(torch.nn.functional.gelu(x)) - torch.nn.functional.gelu(x) + 2,
+        lambda x: torch.logaddexp(x, x).sub(x).add(2 - 0.6931472),  # through the fallback
+        lambda x: torch.add(x, 1, out=torch.empty(0, device="vdev")),  # out= resized on the host
+        lambda x: x.clone().add_(1),
+    ],
+    ids=["add", "mm", "in_place_chain", "fallback", "out", "in_place"],
+)
+def test_launched_ops_return_at_once_and_reads_wait_for_them(op, read):
+    x = _device_ones()
+    torch.vdev.synchronize()
+    stream = torch.vdev.current_stream()
+    torch.vdev._sleep(BUSY_MS)
+    result = op(x)
+    assert result.shape == (N,)  # sized on the host
+    assert not stream.query()  # the op is queued behind the sleep
+    assert read(result) == pytest.approx(2.0, abs=1e-5)
+
+
+def test_query_is_false_while_a_launched_add_is_pending():
+    x = _device_ones()
+    stream = torch.vdev.current_stream()
+    torch.vdev._sleep(BUSY_MS)
+    y = x + x
+    assert not stream.query()
+    stream.synchronize()
+    assert stream.query()
+    assert y.sum().item() == 2 * N
+
+
+def test_views_do_not_wait_for_queued_work():
+    x = torch.arange(N, dtype=torch.float32, device="vdev")
+    stream = torch.vdev.current_stream()
+    torch.vdev._sleep(BUSY_MS)
+    views = [x[1:], x.view(64, 64).t(), x.unfold(0, 2, 2), x.view(64, 64).diagonal(), torch.view_as_complex(x.view(-1, 2))]
+    assert not stream.query()  # none of them waited for the sleep
+    assert views[1][3, 2].item() == 2 * 64 + 3
+
+
+def test_shape_errors_of_launched_ops_raise_at_the_call():
+    a, b = torch.ones(3, device="vdev"), torch.ones(4, device="vdev")
+    torch.vdev._sleep(BUSY_MS)
+    with pytest.raises(RuntimeError, match="must match the size"):
+        a + b
+    with pytest.raises(RuntimeError, match="shapes cannot be multiplied"):
+        torch.mm(torch.ones(2, 3, device="vdev"), torch.ones(2, 3, device="vdev"))
+    torch.vdev.synchronize()
+
+
+def test_an_index_error_in_a_launched_kernel_surfaces_at_the_next_synchronization():
+    source = torch.arange(4.0, device="vdev")
+    index = torch.tensor([1, 7], device="vdev")
+    torch.vdev._sleep(BUSY_MS)
+    gathered = torch.gather(source, 0, index)  # the CPU kernel checks the values
+    assert gathered.shape == (2,)
+    with pytest.raises(RuntimeError, match=r"aten::gather: index 7 is out of bounds for dimension 0 with size 4"):
+        torch.vdev.synchronize()
+    torch.vdev.synchronize()  # reported once; the device stays usable
+    assert torch.gather(source, 0, index.clamp(max=3)).tolist() == [1.0, 3.0]
+
+
+def _read_on_side_stream_after_free(record):
+    """x is read by a kernel on a side stream that is still busy when the host frees
+    x and allocates (on the default stream) a tensor of the same size, which fills at
+    once: without record_stream the side kernel then reads the new tensor's values."""
+    x = torch.full((N,), 1.0, device="vdev")
+    side = torch.vdev.Stream()
+    side.wait_stream(torch.vdev.current_stream())
+    with torch.vdev.stream(side):
+        torch.vdev._sleep(BUSY_MS)
+        doubled = x * 2
+    if record:
+        x.record_stream(side)
+    del x
+    reused = torch.full((N,), 7.0, device="vdev")
+    side.synchronize()
+    torch.vdev.synchronize()
+    return doubled, reused
+
+
+def test_memory_reused_on_another_stream_without_record_stream_is_a_hazard():
+    doubled, reused = _read_on_side_stream_after_free(record=False)
+    assert doubled.sum().item() == 14 * N  # read the reallocated memory, as on CUDA
+    assert reused.sum().item() == 7 * N
+
+
+def test_record_stream_keeps_memory_until_the_recorded_stream_used_it():
+    doubled, reused = _read_on_side_stream_after_free(record=True)
+    assert doubled.sum().item() == 2 * N
+    assert reused.sum().item() == 7 * N
+
+
+def test_empty_cache_waits_for_queued_work():
+    x = _device_ones()
+    torch.vdev._sleep(BUSY_MS)
+    y = x + 1
+    del x
+    torch.vdev.empty_cache()
+    assert torch.vdev.current_stream().query()
+    assert y.sum().item() == 2 * N
+
+
+def test_synchronizing_op_stats_name_the_ops_run_on_the_calling_thread():
+    x = torch.ones(8, device="vdev")
+    torch.vdev.synchronize()
+    torch_vdev.reset_synchronizing_op_stats()
+    y = (x + 1) * 2
+    y.nonzero()
+    y.nonzero()
+    y[0].item()
+    stats = torch_vdev.synchronizing_op_stats()
+    assert stats.get("aten::nonzero") == 2
+    assert stats.get("aten::_local_scalar_dense") == 1
+    assert "aten::add" not in stats and "aten::mul" not in stats  # launched
+    torch_vdev.reset_synchronizing_op_stats()
+    assert torch_vdev.synchronizing_op_stats() == {}
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw_foreach"])
+def test_training_steps_of_launched_ops_match_cpu(optimizer):
+    torch.manual_seed(0)
+    model_cpu = torch.nn.Sequential(
+        torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.LayerNorm(64), torch.nn.Linear(64, 10)
+    )
+    model = torch.nn.Sequential(
+        torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.LayerNorm(64), torch.nn.Linear(64, 10)
+    ).vdev()
+    model.load_state_dict(model_cpu.state_dict())
+    make = {
+        "sgd": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, foreach=False),
+        "adamw_foreach": lambda p: torch.optim.AdamW(p, lr=0.01, foreach=True),
+    }[optimizer]
+    optimizers = [make(m.parameters()) for m in (model_cpu, model)]
+    inputs, targets = torch.randn(16, 32), torch.randint(0, 10, (16,))
+    losses = {}
+    for device, m, opt in (("cpu", model_cpu, optimizers[0]), ("vdev", model, optimizers[1])):
+        losses[device] = []
+        for _ in range(3):
+            opt.zero_grad()
+            loss = torch.nn.functional.cross_entropy(m(inputs.to(device)), targets.to(device))
+            loss.backward()
+            opt.step()
+            losses[device].append(loss.detach())
+    assert_close([l.cpu() for l in losses["vdev"]], losses["cpu"], rtol=0, atol=0)
+    for vdev_param, cpu_param in zip(model.parameters(), model_cpu.parameters()):
+        assert_close(vdev_param.detach().cpu(), cpu_param.detach(), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    "source_shape", [(3, 2), (3,)], ids=["larger", "mismatched"]
+)
+def test_a_queued_copy_refuses_a_source_that_does_not_broadcast_at_the_call(source_shape):
+    # CUDA checks shapes on the host before it launches; the queued copy does too, so
+    # the error is raised by copy_ itself rather than by a later synchronization.
+    destination = torch.zeros(2, device="vdev")
+    source = torch.randn(source_shape, device="vdev")
+    with pytest.raises(RuntimeError) as on_vdev:
+        destination.copy_(source)
+    with pytest.raises(RuntimeError) as on_cpu:
+        destination.cpu().copy_(source.cpu())
+    assert str(on_vdev.value) == str(on_cpu.value)
+    torch.vdev.synchronize()  # nothing deferred
+    assert destination.sum().item() == 0
+    destination.copy_(torch.ones(1, device="vdev"))  # broadcasting still works
+    assert destination.sum().item() == 2

@@ -97,6 +97,30 @@ def test_compiled_kernels_wait_for_work_queued_on_the_stream(cpp_wrapper):
         _assert_close(_compiled_reads_after_queued_copy(), torch.full((4096,), 3.0))
 
 
+@pytest.mark.parametrize("cpp_wrapper", [False, True])
+def test_generated_kernels_are_profiled_as_vdev_kernels_of_their_operator(cpp_wrapper):
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    x = torch.randn(64, 16, device=VDEV)
+    with torch._inductor.config.patch(cpp_wrapper=cpp_wrapper):
+        compiled = torch.compile(lambda t: (t.sin() + 1).sum(1) * t.cos().amax(1))
+        expected = compiled(x)
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
+            result = compiled(x)
+    _assert_close(result, expected)
+    kernels = [e for e in prof.events() if e.device_type == DeviceType.PrivateUse1 and "cpp_fused" in e.name]
+    assert kernels and all(k.name.startswith(f"{VDEV}_kernel[cpp_fused") for k in kernels)
+    # Each is launched by a CPU operator named after the kernel, as Triton kernels are on CUDA.
+    launching = {
+        e.name: e for e in prof.events() if e.device_type == DeviceType.CPU and e.name.startswith("cpp_fused")
+    }
+    for kernel in kernels:
+        operator = launching[kernel.name[len(f"{VDEV}_kernel[") : -1]]
+        assert [k.name for k in operator.kernels] == [kernel.name]
+        assert operator.time_range.start <= kernel.time_range.start <= kernel.time_range.end <= operator.time_range.end
+
+
 def test_reductions():
     def fn(x):
         return x.sum(1), x.amax(0), x.mean(), x.var(1), x.argmax(1)
@@ -155,6 +179,30 @@ def test_custom_vdev_op_runs_as_an_extern_kernel():
     _assert_close(compiled, (x.relu() + 0.5 * y).sigmoid())
 
 
+@pytest.mark.parametrize("input_format", [torch.contiguous_format, torch.channels_last])
+@pytest.mark.parametrize("weight_format", [torch.contiguous_format, torch.channels_last])
+def test_traced_convolutions_have_the_layout_vdevs_kernel_returns(input_format, weight_format):
+    # Graphs plan the strides FakeTensor gives a convolution's output and gradients;
+    # they must be those vdev's kernel returns (the CPU's: channels-last stays so).
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    x = torch.randn(3, 4, 8, 8).to(memory_format=input_format)
+    weight = torch.randn(6, 4, 3, 3).to(memory_format=weight_format)
+
+    def run(x, weight):
+        out = torch.ops.aten.convolution(x, weight, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+        grads = torch.ops.aten.convolution_backward(
+            out, x, weight, [6], [1, 1], [1, 1], [1, 1], False, [0, 0], 1, [True, True, False]
+        )
+        return [out.stride(), grads[0].stride(), grads[1].stride()]
+
+    fake_mode = FakeTensorMode()
+    fake_x, fake_weight = fake_mode.from_tensor(x.to(VDEV)), fake_mode.from_tensor(weight.to(VDEV))
+    with fake_mode:
+        traced = run(fake_x, fake_weight)
+    assert traced == run(x.to(VDEV), weight.to(VDEV)) == run(x, weight)
+
+
 def test_dynamic_shapes():
     def fn(x):
         return (x * x.sum(-1, keepdim=True)).softmax(-1)
@@ -211,18 +259,24 @@ def test_two_vdev_devices_and_cpu_moves():
 
 def test_compiled_dropout_draws_like_compiled_cpu():
     # Inductor generates its own random numbers (not eager's); seeded alike, vdev draws
-    # what the CPU draws, since a vdev generator keeps a CPU generator's state.
+    # what the CPU draws, since a vdev generator keeps a CPU generator's state. The
+    # backward pass applies the mask the forward pass drew.
     def fn(x):
         return F.dropout(x, 0.5, training=True) * 3
 
     x = torch.randn(64, 96)
-    results = {}
+    results, grads = {}, {}
     for device in ("cpu", VDEV):
+        leaf = x.to(device).detach().requires_grad_()
         torch.manual_seed(7)
-        results[device] = torch.compile(fn)(x.to(device))
+        result = torch.compile(fn)(leaf)
+        result.sum().backward()  # the compiled backward graph
+        results[device], grads[device] = result.detach(), leaf.grad
     kept = results["cpu"] != 0
     assert 0.3 < kept.float().mean() < 0.7
     _assert_close(results[VDEV], results["cpu"])
+    _assert_close(grads[VDEV], grads["cpu"])
+    _assert_close(grads["cpu"], kept * 6.0)
 
 
 def test_reduce_overhead_warns_that_vdev_has_no_graphs():
@@ -239,31 +293,29 @@ def test_reduce_overhead_warns_that_vdev_has_no_graphs():
 # --- Training: forward, backward and optimizer step compiled --------------------------
 
 
+# Smaller instances of the benchmark's models where compiling the full one is slow.
+SMALL_MODELS = {"transformer": {"layers": 1}}
+
+
 def _losses(step, count=3):
     return torch.stack([step().detach().cpu() for _ in range(count)])
 
 
-# Compiled dropout draws its masks with Inductor's own random numbers, not eager's:
-# those steps are checked against the same step compiled on the CPU, seeded alike.
-DROPOUT_STEPS = {"mlp", "transformer"}
-
-
 @pytest.mark.parametrize("name", sorted(TRAINING_STEPS))
 def test_compiled_training_step_matches_reference(name):
-    make_step = TRAINING_STEPS[name]
-    compiled_step = torch.compile(make_step(VDEV))
-    torch.manual_seed(1)  # the step's generators: vdev's here, the CPU's below
-    compiled_losses = _losses(compiled_step)
-    references = {}
-    if name in DROPOUT_STEPS:
-        compiled_cpu_step = torch.compile(make_step("cpu"))
+    # Random ops (dropout) draw with eager's random numbers here (fallback_random), so
+    # compiled steps match eager ones; Inductor's own are checked above.
+    def make_step(device):
+        return TRAINING_STEPS[name](device, **SMALL_MODELS.get(name, {}))
+
+    with torch._inductor.config.patch(fallback_random=True):
+        compiled_step = torch.compile(make_step(VDEV))
+        torch.manual_seed(1)  # the step's generators: vdev's here, the CPU's below
+        compiled_losses = _losses(compiled_step)
+    for device in (VDEV, "cpu"):
+        eager_step = make_step(device)
         torch.manual_seed(1)
-        references["compiled cpu"] = _losses(compiled_cpu_step)
-    else:
-        references["eager vdev"] = _losses(make_step(VDEV))
-        references["eager cpu"] = _losses(make_step("cpu"))
-    for reference in references.values():
-        _assert_close(compiled_losses, reference, rtol=1e-4, atol=1e-5)
+        _assert_close(compiled_losses, _losses(eager_step), rtol=1e-4, atol=1e-5)
     assert compiled_losses[-1] < compiled_losses[0]
 
 
@@ -378,3 +430,31 @@ def test_aoti_package_runs_on_vdev_from_cpp(small_net, aoti_package, tmp_path_fa
     assert int(output["output_allocated_bytes"]) >= int(output["output_nbytes"]) > 0
     values = torch.tensor([float(value) for value in output["output"].split(",")])
     _assert_close(values, expected.flatten(), rtol=1e-4, atol=1e-5)
+
+
+def test_inductor_cache_keys_on_torch_vdevs_generated_code():
+    # A graph cached by another torch_vdev (other wrappers or C shim) is compiled
+    # again, not replayed: vdev's codegen config is part of Inductor's cache key.
+    from torch._dynamo.utils import counters
+
+    from torch_vdev import _inductor_config
+
+    def compile_and_run(x):
+        torch._dynamo.reset()  # forgets compiled code in memory, not Inductor's cache
+        counters.clear()
+        result = torch.compile(lambda t: t.cos() * 3 - 1)(x)
+        _assert_close(result, x.cpu().cos() * 3 - 1)
+        return counters["inductor"]["fxgraph_cache_hit"], counters["inductor"]["fxgraph_cache_miss"]
+
+    x = torch.randn(7, 3, device=VDEV)
+    compile_and_run(x)
+    assert compile_and_run(x) == (1, 0)
+    with _inductor_config.patch(backend_version="0.0.0-other"):
+        assert compile_and_run(x) == (0, 1)
+    # The sources' hash is keyed on alike (a third compile would show it again).
+    from torch._inductor.codegen.common import custom_backend_codegen_configs
+
+    assert custom_backend_codegen_configs[VDEV].save_config_portable(ignore_private_configs=False) == {
+        "backend_version": torch_vdev.__version__,
+        "codegen_sources_sha256": _inductor_config.codegen_sources_sha256,
+    }

@@ -2,8 +2,8 @@
 
 Every collective runs on vdev tensors through vccl and on the same CPU tensors through
 gloo in the same process group ("cpu:gloo,vdev:vccl"); the results must be identical.
-Training (DDP, FSDP2, DTensor, ZeRO) on two processes must give the parameters of the
-same training run on CPU in one process. Worker processes are reused across the tests
+Training (DDP, FSDP2, DTensor, ZeRO) on two and three processes must give the parameters
+of the same training run on CPU in one process. Worker processes are reused across the tests
 of a class (PyTorch's MultiProcContinuousTest); setups and faults get fresh ones
 (MultiProcessTestCase).
 """
@@ -69,7 +69,16 @@ class VdevGroupTest(MultiProcContinuousTest):
         # PyTorch's harness asks for spawn but keeps a start method set earlier in the
         # process (an earlier test module's fork); vdev, like CUDA, needs spawn.
         torch.multiprocessing.set_start_method("spawn", force=True)
-        super()._spawn_processes(world_size)
+        # A device per rank: VDEV_DEVICE_COUNT, read by the spawned processes.
+        previous = os.environ.get("VDEV_DEVICE_COUNT")
+        os.environ["VDEV_DEVICE_COUNT"] = str(world_size)
+        try:
+            super()._spawn_processes(world_size)
+        finally:
+            if previous is None:
+                del os.environ["VDEV_DEVICE_COUNT"]
+            else:
+                os.environ["VDEV_DEVICE_COUNT"] = previous
 
     @classmethod
     def _init_pg(cls, rank, world_size, rdvz_file):
@@ -86,11 +95,17 @@ class VdevGroupTest(MultiProcContinuousTest):
 
     def assert_same_as_gloo(self, make, run):
         """Runs `run` on the tensors `make(device)` returns, on CPU (gloo) and on vdev
-        (vccl), and checks every tensor ends up the same."""
+        (vccl), and checks every tensor ends up the same. gloo works on the vdev memory
+        itself: the vdev run allocates no device memory."""
         cpu = make(torch.device("cpu"))
         run(cpu)
         on_device = make(self.device)
+        # gloo's threads may still be freeing earlier collectives' memory, so the peak is
+        # at most, not exactly, what was allocated before.
+        allocated = torch.vdev.memory_allocated(self.device)
+        torch.vdev.reset_peak_memory_stats(self.device)
         run(on_device)
+        self.assertLessEqual(torch.vdev.max_memory_allocated(self.device), allocated)
         for expected, actual in zip(flat(cpu), flat(on_device), strict=True):
             self.assertEqual(actual.device, self.device)
             torch.testing.assert_close(actual.cpu(), expected, rtol=0, atol=0)
@@ -98,6 +113,12 @@ class VdevGroupTest(MultiProcContinuousTest):
 
 class CollectiveTests:
     """Mixed into VdevGroupTest classes of several world sizes."""
+
+    def test_a_device_per_rank(self):
+        self.assertEqual(torch.vdev.device_count(), self.world_size)
+        devices = [None] * self.world_size
+        dist.all_gather_object(devices, torch.vdev.current_device())
+        self.assertEqual(devices, list(range(self.world_size)))
 
     def test_broadcast(self):
         for dtype in FLOATING + INTEGRAL + COPIED_ONLY:
@@ -304,6 +325,32 @@ class CollectiveTests:
         total = sum(2.0 * (r + 1) for r in range(self.world_size))
         torch.testing.assert_close(tensor.cpu(), torch.full((4,), total + 1))
 
+    def test_collectives_wait_for_pending_kernels(self):
+        """Kernels still queued on the current stream when a collective is called (a
+        sleep, a copy queued behind it): the collective communicates what they write.
+        After Work.wait(), work queued on the current stream sees the result."""
+        total = sum(2.0 * (r + 1) for r in range(self.world_size))
+        tensor = torch.zeros(4, device=self.device)
+        doubled = torch.full((4,), 2.0 * (self.rank + 1), device=self.device)
+        torch.vdev._sleep(200)
+        tensor.copy_(doubled)
+        self.assertFalse(torch.vdev.current_stream().query())  # the copy is still queued
+        dist.all_reduce(tensor)
+        torch.testing.assert_close(tensor.cpu(), torch.full((4,), total))
+
+        gathered = torch.zeros(self.world_size, device=self.device)
+        mine = torch.zeros(1, device=self.device)
+        torch.vdev._sleep(200)
+        mine.copy_(torch.full((1,), self.rank + 1.0, device=self.device))
+        if self.rank == 0:
+            time.sleep(0.2)  # the others' collective starts before rank 0 joins it
+        work = dist.all_gather_into_tensor(gathered, mine, async_op=True)
+        work.wait()
+        result = torch.zeros(self.world_size, device=self.device)
+        torch.vdev._sleep(100)
+        result.copy_(gathered)  # queued behind the sleep, after the wait
+        torch.testing.assert_close(result.cpu(), torch.arange(1.0, self.world_size + 1))
+
     def test_barriers(self):
         dist.barrier()
         dist.barrier(device_ids=[self.device.index])
@@ -359,14 +406,6 @@ class CollectiveTests:
         dist.barrier()
 
 
-class TestCollectivesTwoRanks(CollectiveTests, VdevGroupTest):
-    world_size = 2
-
-
-class TestCollectivesThreeRanks(CollectiveTests, VdevGroupTest):
-    world_size = 3
-
-
 def small_model() -> nn.Module:
     torch.manual_seed(0)
     return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 4))
@@ -398,11 +437,9 @@ def train(model, optimizer, inputs_of_step, steps=3, forward=None):
         optimizer.step()
 
 
-class TestTraining(VdevGroupTest):
-    """Two processes, each training on its half of every batch, against one CPU process
-    training on whole batches."""
-
-    world_size = 2
+class TrainingTests:
+    """Each process trains on its share of every batch, against one CPU process training
+    on whole batches. Mixed into VdevGroupTest classes of several world sizes."""
 
     def reference(self, steps=3, optimizer=torch.optim.SGD, **kwargs):
         model = small_model()
@@ -497,6 +534,15 @@ class TestTraining(VdevGroupTest):
         self.assert_parameters_equal(model.module.parameters(), expected)
 
 
+# One class per world size: the test processes are spawned once per class.
+class TestTwoRanks(CollectiveTests, TrainingTests, VdevGroupTest):
+    world_size = 2
+
+
+class TestThreeRanks(CollectiveTests, TrainingTests, VdevGroupTest):
+    world_size = 3
+
+
 class FreshProcessesTest(MultiProcessTestCase):
     """Fresh processes for each test: process group setups and faults."""
 
@@ -571,8 +617,9 @@ class TestFaults(FreshProcessesTest):
         self.assertLess(time.monotonic() - start, 20)
 
     def test_peer_hangs(self):
-        self.init(VCCL, timeout=3)
+        self.init(VCCL)  # connecting takes longer than 3 s on a loaded machine
         self.summed()
+        dist.group.WORLD._get_backend(self.device).set_timeout(datetime.timedelta(seconds=3))
         if self.rank == 1:
             time.sleep(6)
             return
@@ -586,7 +633,7 @@ class TestFaults(FreshProcessesTest):
         # process on a size mismatch); as for NCCL, TORCH_DISTRIBUTED_DEBUG=DETAIL makes
         # PyTorch check each collective's shapes and dtypes across ranks first.
         dist.set_debug_level(dist.DebugLevel.DETAIL)
-        self.init(VCCL, timeout=10)
+        self.init(VCCL)
         mismatched = [
             torch.ones(4 + 4 * self.rank, device=self.device),
             torch.ones(4, device=self.device, dtype=torch.float32 if self.rank == 0 else torch.float64),

@@ -13,7 +13,7 @@ DEVICE = torch_vdev.BACKEND_NAME
 
 
 def add_ten_and_report(tensor, results, done):
-    results.put((str(tensor.device), tensor.cpu()))
+    results.put((str(tensor.device), tensor.cpu(), torch.vdev.memory_allocated(tensor.device)))
     tensor.add_(10)
     results.put("written")
     done.wait()
@@ -42,12 +42,17 @@ def train_steps(model, seed, steps):
 def test_spawned_process_writes_the_senders_device_memory():
     context = mp.get_context("spawn")
     tensor = torch.arange(6.0, device=f"{DEVICE}:1")
+    allocated = torch.vdev.memory_allocated(1)
     results, done = context.Queue(), context.Event()
     process = context.Process(target=add_ten_and_report, args=(tensor[2:], results, done))
     process.start()
-    device, values = results.get(timeout=60)
+    device, values, allocated_in_receiver = results.get(timeout=60)
     assert device == f"{DEVICE}:1"
     torch.testing.assert_close(values, torch.arange(2.0, 6.0))
+    # As with CUDA's IPC: the sender's allocator still counts the memory it shared; the
+    # receiver's mapping is no allocation of the receiver's allocator.
+    assert torch.vdev.memory_allocated(1) == allocated > 0
+    assert allocated_in_receiver == 0
     assert results.get(timeout=60) == "written"
     torch.testing.assert_close(tensor.cpu(), torch.tensor([0.0, 1.0, 12.0, 13.0, 14.0, 15.0]))
     done.set()
@@ -60,10 +65,13 @@ def test_memory_outlives_the_sender_dropping_it():
     tensors, results, sender_dropped_it = context.Queue(), context.Queue(), context.Event()
     process = context.Process(target=report_later, args=(tensors, results, sender_dropped_it))
     process.start()
+    allocated = torch.vdev.memory_allocated()
     tensor = torch.full((1000,), 7.0, device=DEVICE)
     tensors.put(tensor)
     assert results.get(timeout=60) == "received"
     del tensor
+    # The sender's allocator stops counting the memory once the sender dropped it.
+    assert torch.vdev.memory_allocated() == allocated
     torch.vdev.empty_cache()
     torch.full((1000,), -1.0, device=DEVICE)  # would reuse freed device memory
     sender_dropped_it.set()
@@ -145,3 +153,22 @@ def test_a_receiver_that_cannot_map_the_memory_raises():
         kind, text = results.get(timeout=60)
         assert kind == "error" and message in text, text
         process.join(timeout=60)
+
+
+def test_what_the_sender_can_check_raises_in_the_sender():
+    # The sender cannot know whether a receiver can map the memory (that raises in the
+    # receiver, as for CUDA tensors); what it can check raises where it pickles.
+    context = mp.get_context("spawn")
+    non_leaf = torch.ones(2, device=DEVICE, requires_grad=True) * 2
+    queue = context.SimpleQueue()  # pickles in put()
+    try:
+        try:
+            queue.put(non_leaf)
+        except RuntimeError as error:
+            assert "Cowardly refusing to serialize non-leaf tensor" in str(error)
+        else:
+            raise AssertionError("put() of a non-leaf tensor that requires grad did not raise")
+        queue.put(non_leaf.detach())  # the sender is still usable
+        torch.testing.assert_close(queue.get().cpu(), torch.full((2,), 2.0))
+    finally:
+        queue.close()

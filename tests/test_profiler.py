@@ -4,6 +4,7 @@ legacy profiler's device times; memory events; schedules and trace handlers."""
 
 import json
 import os
+import threading
 import time
 
 import pytest
@@ -87,7 +88,31 @@ def test_kernels_are_correlated_with_the_op_that_launched_them():
         if e.device_type() == DeviceType.CPU and e.correlation_id() == kernel.linked_correlation_id
     ]
     assert sorted(launching) == ["aten::mm", "vdevLaunchKernel"]
-    assert ops[0].time_range.start <= kernel.time_range.start <= kernel.time_range.end <= ops[0].time_range.end
+    # Launched on the stream: it runs after the op launched it, maybe after it returned.
+    assert ops[0].time_range.start <= kernel.time_range.start <= kernel.time_range.end
+
+
+def test_work_of_threads_that_ended_is_recorded_on_its_streams_row(tmp_path):
+    # Each thread records into its own buffer; the session collects them all, also
+    # the buffers of threads that ended before it stopped.
+    x = torch.randn(16, 16, device="vdev")
+    streams = [torch.vdev.Stream() for _ in range(2)]
+
+    def run(stream):
+        with torch.vdev.stream(stream):
+            for _ in range(3):
+                torch.mm(x, x)
+
+    with profile(activities=ACTIVITIES) as prof:
+        threads = [threading.Thread(target=run, args=(stream,)) for stream in streams]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    # (The profiler records the operators of the thread it started on, as on CUDA:
+    # these kernels have no CPU operator to link to.)
+    rows = [e["tid"] for e in chrome_trace(prof, tmp_path) if e.get("name") == "vdev_kernel[aten::mm]"]
+    assert sorted(rows) == sorted([stream.stream_id for stream in streams] * 3)
 
 
 def test_fallback_and_python_kernels_are_device_activities():
@@ -185,10 +210,12 @@ def test_record_shapes_and_with_stack():
     assert any(e.name.startswith("tests/test_profiler.py(") or "test_profiler.py(" in e.name for e in prof.events())
 
 
-def test_profile_memory_reports_device_allocations_as_memory_stats_count_them(tmp_path):
+# As CUDA's allocations, vdev's are memory events whichever activities are recorded.
+@pytest.mark.parametrize("activities", [ACTIVITIES, [ProfilerActivity.CPU]], ids=["cpu_and_vdev", "cpu_only"])
+def test_profile_memory_reports_device_allocations_as_memory_stats_count_them(tmp_path, activities):
     torch.vdev.empty_cache()
     before = torch.vdev.memory_stats()
-    with profile(activities=ACTIVITIES, profile_memory=True) as prof:
+    with profile(activities=activities, profile_memory=True) as prof:
         x = torch.randn(256, 256, device="vdev")
         y = x * 2
         del x, y

@@ -26,6 +26,25 @@ def test_made_on_the_device_or_moved_there():
     assert_close(moved.to_dense().cpu(), DENSE)
 
 
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: DENSE.to("vdev:1").to_sparse(),
+        lambda: torch.sparse_coo_tensor([[0, 1, 1], [1, 0, 2]], [1.5, 2.0, -3.0], (2, 3), device="vdev:1"),
+        lambda: DENSE.to_sparse().to("vdev:1"),
+        lambda: torch.empty((2, 3), layout=torch.sparse_coo, device="vdev:1"),
+    ],
+    ids=["to_sparse", "sparse_coo_tensor", "moved", "empty"],
+)
+def test_made_on_a_device_that_is_not_current(make):
+    # Made with vdev:0 current, as CUDA's factories do on cuda:1 (they make the tensor
+    # with its device current): everything on vdev:1, no internal assertion.
+    assert torch.vdev.current_device() == 0
+    sparse = make()
+    assert sparse.device == sparse._indices().device == sparse._values().device == torch.device("vdev:1")
+    assert torch.vdev.current_device() == 0
+
 @pytest.mark.parametrize(
     "compute",
     [

@@ -160,6 +160,26 @@ def test_untyped_storage_is_on_device():
     assert_close(torch.tensor([], device="vdev").set_(storage).cpu(), torch.arange(4.0).view(torch.uint8).view(torch.float32))
 
 
+
+@pytest.mark.parametrize(
+    "dtype, name",
+    [(torch.float32, "FloatStorage"), (torch.bool, "BoolStorage"), (torch.uint8, "ByteStorage"),
+     (torch.complex128, "ComplexDoubleStorage"), (torch.bfloat16, "BFloat16Storage")],
+)
+@pytest.mark.filterwarnings("ignore:TypedStorage is deprecated")
+def test_legacy_storage_classes_name_the_device_like_cuda(dtype, name):
+    # torch.cuda.FloatStorage's counterpart: storage_type() looks the class up in the
+    # device's module (it was None on vdev), and the class makes vdev storages.
+    legacy = getattr(torch.vdev, name)
+    tensor = torch.zeros(3, dtype=dtype, device="vdev")
+    assert tensor.storage_type() is legacy
+    assert tensor.storage().type() == f"torch.vdev.{name}"
+    assert isinstance(tensor.storage(), legacy)
+    assert not isinstance(tensor.cpu().storage(), legacy)
+    made = legacy(4)
+    assert made.device == torch.device("vdev:0") and made.dtype == dtype and len(made) == 4
+    assert torch.is_storage(made)
+
 @pytest.fixture
 def deterministic_algorithms():
     previous = torch.are_deterministic_algorithms_enabled()

@@ -13,7 +13,8 @@ import pytest
 RUNNER = os.path.join(os.path.dirname(__file__), "upstream", "run_pytorch_tests.py")
 
 # Per device: passes everywhere; fails on vdev; excluded by name; two excluded by a
-# pattern; two dtypes passing everywhere; @onlyCPU (skipped on vdev); two @onlyCUDA
+# pattern; two dtypes passing everywhere; two parametrized variants, one excluded by
+# its variant name; @onlyCPU (skipped on vdev); two @onlyCUDA
 # (skipped on both; with the restrictions bypassed one passes on vdev, one fails);
 # kills its process on vdev (last, as unittest orders tests by name). TestOther is
 # not selected.
@@ -24,7 +25,7 @@ TINY_TEST_FILE = textwrap.dedent(
     import torch
     from torch.testing._internal.common_device_type import (
         dtypes, instantiate_device_type_tests, onlyCPU, onlyCUDA)
-    from torch.testing._internal.common_utils import TestCase
+    from torch.testing._internal.common_utils import TestCase, parametrize
 
 
     class TestTiny(TestCase):
@@ -47,6 +48,10 @@ TINY_TEST_FILE = textwrap.dedent(
         @dtypes(torch.float32, torch.int64)
         def test_zeros(self, device, dtype):
             self.assertEqual(torch.zeros(3, device=device, dtype=dtype).sum().item(), 0)
+
+        @parametrize("n", [1, 2])
+        def test_param(self, device, n):
+            pass
 
         @onlyCPU
         def test_cpu_only(self, device):
@@ -80,6 +85,7 @@ TEST_EXCLUSIONS = {
     "TestTiny": {
         "test_excluded_by_name": "excluded by its name",
         "test_pattern_*": "excluded by a pattern",
+        "test_param_n_2": "one variant excluded by its name",
     },
 }
 """
@@ -108,17 +114,17 @@ def test_counts_and_table_match_the_construction(tmp_path):
     counts = {run: {k: summary[run][k] for k in ("passed", "failed", "skipped", "status")}
               for run in ("cpu", "vdev", "bypass")}
     assert counts == {
-        "cpu": {"passed": 9, "failed": 0, "skipped": 2, "status": "ok"},
-        "vdev": {"passed": 3, "failed": 2, "skipped": 3, "status": "died in test_zz_process_dies_vdev"},
+        "cpu": {"passed": 11, "failed": 0, "skipped": 2, "status": "ok"},
+        "vdev": {"passed": 4, "failed": 2, "skipped": 3, "status": "died in test_zz_process_dies_vdev"},
         # Only the two CUDA-only tests run in the bypass process.
         "bypass": {"passed": 1, "failed": 1, "skipped": 0, "status": "ok"},
     }
-    assert summary["cpu_only"] == 4  # the three excluded tests and the @onlyCPU one
+    assert summary["cpu_only"] == 5  # the four excluded tests and the @onlyCPU one
     assert summary["cuda_only"] == 2
-    # The measure leaves the CPU-only tests out: of add, device_is_cpu, zeros x2 and
-    # process_dies, the first three pass on vdev.
-    assert summary["cpu_passed_compared"] == 5
-    assert summary["cpu_passed_also_passing_on_vdev"] == 3
+    # The measure leaves the CPU-only tests out: of add, device_is_cpu, zeros x2,
+    # param_n_1 and process_dies, all but device_is_cpu and process_dies pass on vdev.
+    assert summary["cpu_passed_compared"] == 6
+    assert summary["cpu_passed_also_passing_on_vdev"] == 4
     regressions = {r["test"]: (r["outcome"], r["message"]) for r in summary["regressions"]}
     assert regressions == {
         "test_tiny.py::TestTinyVDEV::test_device_is_cpu_vdev": (
@@ -130,7 +136,7 @@ def test_counts_and_table_match_the_construction(tmp_path):
 
     row = next(line for line in process.stdout.splitlines() if line.startswith("test_tiny.py"))
     cells = [cell.strip() for cell in row.split("|")]
-    assert cells == ["test_tiny.py::TestTiny", "9/0/2", "3/2/3", "4", "2", "3/5 (60.0%)", "1/1/0",
+    assert cells == ["test_tiny.py::TestTiny", "11/0/2", "4/2/3", "5", "2", "4/6 (66.7%)", "1/1/0",
                      "vdev: died in test_zz_process_dies_vdev"]
     assert "test_tiny.py::TestTinyVDEV::test_device_is_cpu_vdev: failed: AssertionError" in process.stdout
 

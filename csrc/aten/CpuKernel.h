@@ -7,13 +7,18 @@
 // Unlike the boxed fallback it builds no IValue stack and parses no schema per call.
 
 #include "aten/CpuRedispatch.h"
+#include "aten/OperatorFacts.h"
+#include "aten/QueuedOp.h"
 #include "runtime/Device.h"
 #include "runtime/Launch.h"
 
 #include <ATen/core/IListRef.h>
 #include <ATen/core/List.h>
+#include <ATen/core/boxing/impl/boxing.h>
 #include <torch/library.h>
 
+#include <array>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -259,6 +264,63 @@ struct Returned<std::tuple<Results...>> {
   }
 };
 
+// The results a launched op left on the stack (launch_op) as the kernel returns them:
+// fresh tensors, or references to the written arguments they are (`arguments` holds
+// the addresses of the kernel's arguments).
+template <class Result>
+struct FromStack {
+  static constexpr bool kLaunchable = false;
+};
+
+template <>
+struct FromStack<void> {
+  static constexpr bool kLaunchable = true;
+  static void take(torch::jit::Stack& /*stack*/, const OperatorFacts& /*facts*/, void* const* /*arguments*/) {}
+};
+
+template <>
+struct FromStack<at::Tensor> {
+  static constexpr bool kLaunchable = true;
+  static at::Tensor take(torch::jit::Stack& stack, const OperatorFacts& /*facts*/, void* const* /*arguments*/) {
+    return std::move(stack[0]).toTensor();
+  }
+};
+
+template <class... Results>
+struct FromStack<std::tuple<Results...>> {
+  static constexpr bool kLaunchable =
+      (std::is_same_v<Results, at::Tensor> && ...) || (std::is_same_v<Results, at::Tensor&> && ...);
+  static std::tuple<Results...> take(torch::jit::Stack& stack, const OperatorFacts& facts, void* const* arguments) {
+    return take(stack, facts, arguments, std::index_sequence_for<Results...>());
+  }
+  template <size_t... I>
+  static std::tuple<Results...> take(
+      torch::jit::Stack& stack, const OperatorFacts& facts, void* const* arguments, std::index_sequence<I...>) {
+    if constexpr ((std::is_same_v<Results, at::Tensor> && ...)) {
+      return std::tuple<Results...>(std::move(stack[I]).toTensor()...);
+    } else {
+      return std::tuple<Results...>(
+          *static_cast<at::Tensor*>(arguments[facts.written_argument_of_result[I]])...);
+    }
+  }
+};
+
+template <>
+struct FromStack<at::Tensor&> {
+  static constexpr bool kLaunchable = true;
+  static at::Tensor& take(torch::jit::Stack& /*stack*/, const OperatorFacts& facts, void* const* arguments) {
+    return *static_cast<at::Tensor*>(arguments[facts.written_argument_of_result[0]]);
+  }
+};
+
+template <>
+struct FromStack<const at::Tensor&> {
+  static constexpr bool kLaunchable = true;
+  static const at::Tensor& take(torch::jit::Stack& /*stack*/, const OperatorFacts& facts, void* const* arguments) {
+    return *static_cast<const at::Tensor*>(arguments[facts.written_argument_of_result[0]]);
+  }
+};
+
 } // namespace cpu_kernel
 
 // CpuOp is the op whose CPU kernel runs: Op itself, or one with the same signature
@@ -272,6 +334,19 @@ struct CpuKernel<Op, CpuOp, Result(Args...)> {
 
   static Result call(Args... args) {
     lazy_init();
+    if constexpr (std::is_same_v<Op, CpuOp> && cpu_kernel::FromStack<Result>::kLaunchable) {
+      static const c10::OperatorHandle op =
+          c10::Dispatcher::singleton().findSchemaOrThrow(Op::name, Op::overload_name);
+      static const OperatorFacts& facts = operator_facts(op);
+      if (facts.launch.meta != nullptr) {
+        torch::jit::Stack stack = c10::impl::boxArgs<Args...>(args...);
+        if (launch_op(op, facts, &stack)) {
+          std::array<void*, sizeof...(Args)> arguments{
+              const_cast<void*>(static_cast<const void*>(std::addressof(args)))...};
+          return cpu_kernel::FromStack<Result>::take(stack, facts, arguments.data());
+        }
+      }
+    }
     CpuRedispatch call(Op::name);
     static const AcceleratorDtypes* const accelerator_dtypes = vdev::accelerator_dtypes(Op::name);
     call.accept_accelerator_dtypes(accelerator_dtypes);
@@ -322,7 +397,7 @@ bool holds_host_tensor(const T& /*other*/) {
 }
 
 // An argument as a queued kernel keeps it until it runs: owned, since the host goes on.
-// Tensors become CPU aliases, which hold the device memory.
+// Tensors become CPU aliases made at the launch (LaunchAliases: they hold no memory).
 template <class Arg>
 struct Kept {
   using type = std::decay_t<Arg>;
@@ -334,7 +409,7 @@ template <>
 struct Kept<const at::Tensor&> {
   using type = at::Tensor;
   static type keep(const at::Tensor& tensor) {
-    return cpu_alias(tensor);
+    return LaunchAliases().alias(tensor);
   }
 };
 template <>
@@ -343,17 +418,18 @@ template <>
 struct Kept<const std::optional<at::Tensor>&> {
   using type = std::optional<at::Tensor>;
   static type keep(const std::optional<at::Tensor>& tensor) {
-    return tensor.has_value() && tensor->defined() ? type(cpu_alias(*tensor)) : tensor;
+    return tensor.has_value() && tensor->defined() ? type(LaunchAliases().alias(*tensor)) : tensor;
   }
 };
 template <>
 struct Kept<at::TensorList> {
   using type = std::vector<at::Tensor>;
   static type keep(at::TensorList tensors) {
+    LaunchAliases launch_aliases;
     type aliases;
     aliases.reserve(tensors.size());
     for (const at::Tensor& tensor : tensors) {
-      aliases.push_back(cpu_alias(tensor));
+      aliases.push_back(launch_aliases.alias(tensor));
     }
     return aliases;
   }
@@ -390,7 +466,8 @@ struct QueuedCpuKernel<Op, void(Args...)> {
     }
     launch(
         current_stream(device), Op::name,
-        [kept = std::make_tuple(cpu_kernel::Kept<Args>::keep(args)...)]() mutable {
+        [kept = std::make_tuple(cpu_kernel::Kept<Args>::keep(args)...), device]() mutable {
+          profiler::ActivityScope activity(profiler::ActivityKind::kKernel, Op::name, device);
           std::apply(
               [](auto&... argument) {
                 constexpr c10::DispatchKeySet kCpu(c10::DispatchKey::CPU);

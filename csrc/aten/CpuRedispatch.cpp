@@ -124,7 +124,7 @@ const at::Tensor& CpuRedispatch::widened(const at::Tensor& tensor, const at::Ten
   }
   // The widened copy reads device memory now, before the kernel's Scope: the work
   // queued on the stream (a copy that wrote this tensor) must be complete first.
-  synchronize_current_stream(device());
+  synchronize_for_host_op(device(), op_name_);
   return widened_.emplace_back(Widened{tensor.unsafeGetTensorImpl(), alias.to(compute)}).cpu;
 }
 

@@ -5,6 +5,7 @@
 #include "profiler/DeviceActivity.h"
 #include "runtime/Allocator.h"
 #include "runtime/Device.h"
+#include "runtime/HostAccess.h"
 #include "runtime/Stream.h"
 
 #include <ATen/core/Generator.h>
@@ -87,11 +88,13 @@ class CpuRedispatch {
   at::Tensor to_device(const at::Tensor& cpu);
 
   // Everything that must hold while the CPU kernel runs on the calling thread, which is
-  // the device work of the op `name` (recorded for the profiler).
+  // the device work of the op `name` (recorded for the profiler). Unless the op only
+  // makes views (`reads_memory` false), it first waits for the work queued on the
+  // device's current stream (synchronize_for_host_op).
   class Scope {
    public:
-    Scope(c10::DeviceIndex device, const char* name)
-        : queued_work_done_(device),
+    Scope(c10::DeviceIndex device, const char* name, bool reads_memory = true)
+        : queued_work_done_(device, name, reads_memory),
           route_(device),
           activity_(profiler::ActivityKind::kKernel, name, device) {
       // Ops almost always run on the current device: the guard's virtual calls are
@@ -105,8 +108,10 @@ class CpuRedispatch {
     // First, so the kernel and its activity start once the work queued on the device's
     // current stream is complete.
     struct QueuedWorkDone {
-      explicit QueuedWorkDone(c10::DeviceIndex device) {
-        synchronize_current_stream(device);
+      QueuedWorkDone(c10::DeviceIndex device, const char* name, bool reads_memory) {
+        if (reads_memory) {
+          synchronize_for_host_op(device, name);
+        }
       }
     } queued_work_done_;
     c10::OptionalDeviceGuard device_guard_;

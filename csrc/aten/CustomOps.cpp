@@ -11,6 +11,7 @@
 #include <torch_vdev/CustomOps.h>
 
 #include "aten/Tensor.h"
+#include "runtime/HostAccess.h"
 #include "runtime/Stream.h"
 
 #include <ATen/Dispatch.h>
@@ -97,7 +98,7 @@ at::Tensor scaled_add_vdev(const at::Tensor& self, const at::Tensor& other, doub
   const c10::ScalarType dtype = scaled_add_result_type(self, other);
   at::Tensor out =
       empty_tensor(at::infer_size_dimvector(self.sizes(), other.sizes()), dtype, device.index());
-  synchronize_current_stream(device.index());
+  synchronize_for_host_op(device.index(), kScaledAddName);
   scaled_add_into(cpu_alias(out), as_cpu(self), as_cpu(other), alpha);
   return out;
 }

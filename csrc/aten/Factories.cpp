@@ -9,13 +9,16 @@
 
 #include <ATen/Context.h>
 #include <ATen/EmptyTensor.h>
+#include <ATen/ExpandUtils.h>
 #include <ATen/MemoryOverlap.h>
+#include <ATen/TensorIterator.h>
 #include <ATen/native/Resize.h>
 #include <torch/library.h>
 
 #include <ATen/ops/_local_scalar_dense_native.h>
 #include <ATen/ops/copy.h>
 #include <ATen/ops/copy_ops.h>
+#include <ATen/ops/fill_ops.h>
 
 #include <cstdint>
 #include <limits>
@@ -146,11 +149,28 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
     // The checks ATen's copy makes, made now so that they raise at the call.
     at::assert_no_internal_overlap(cpu_dst);
     at::assert_no_partial_overlap(cpu_dst, call.alias(self));
-    // The kernel holds CPU aliases of its own, and so the memory of both sides, until
-    // it has run; its profiler activity is the copy on the stream.
+    // Shapes too (a source that does not broadcast to the destination), as CUDA's
+    // TensorIterator does on the host before it launches; its error message is built
+    // only for a source that does not broadcast.
+    if (!at::is_expandable_to(self.sizes(), dst.sizes())) {
+      at::TensorIteratorConfig()
+          .add_output(cpu_dst)
+          .add_const_input(call.alias(self))
+          .resize_outputs(false)
+          .check_all_same_dtype(false)
+          .check_all_same_device(false)
+          .build();
+    }
+    // The kernel runs on aliases made now (device memory is not kept alive, as on
+    // CUDA; a pinned host tensor is held until the copy ran); its profiler activity is
+    // the copy on the stream.
+    LaunchAliases aliases;
+    auto launched = [&aliases](const at::Tensor& tensor) {
+      return is_vdev(tensor) ? aliases.alias(tensor) : tensor;
+    };
     launch(
         current_stream(device), "aten::copy_",
-        [cpu_dst = as_cpu(dst), cpu_src = as_cpu(self), name, device]() mutable {
+        [cpu_dst = launched(dst), cpu_src = launched(self), name, device]() mutable {
           profiler::ActivityScope activity(
               profiler::ActivityKind::kMemcpy, name, device, cpu_dst.nbytes());
           at::_ops::copy_::redispatch(
@@ -158,9 +178,9 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
         });
     return dst;
   }
-  synchronize_current_stream(device);
+  synchronize_for_host_op(device, name);
   if (is_vdev(other_side)) {
-    synchronize_current_stream(other_side.device().index());
+    synchronize_for_host_op(other_side.device().index(), name);
   }
   profiler::ActivityScope activity(profiler::ActivityKind::kMemcpy, name, device, dst.nbytes());
   cpu_dst.copy_(call.alias(self), non_blocking);
@@ -177,7 +197,7 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
 // it, as on CPU), so it runs on the vdev tensor itself: no alias, no second dispatch.
 c10::Scalar local_scalar_dense(const at::Tensor& self) {
   lazy_init();
-  synchronize_current_stream(self.device().index());
+  synchronize_for_host_op(self.device().index(), "aten::_local_scalar_dense");
   profiler::ActivityScope activity(
       profiler::ActivityKind::kMemcpy, "Memcpy DtoH (Device -> Host)", self.device().index(),
       static_cast<int64_t>(self.element_size()));
@@ -186,13 +206,18 @@ c10::Scalar local_scalar_dense(const at::Tensor& self) {
 
 at::Tensor& fill_scalar(at::Tensor& self, const c10::Scalar& value) {
   lazy_init();
-  synchronize_current_stream(self.device().index());
+  end_copy_on_write(self);
+  const c10::DeviceIndex device = self.device().index();
   // Filling with zeros is a memset on CUDA too (cudaMemsetAsync), other values a kernel.
-  const bool memset = profiler::recording() && value.equal(0) && self.is_contiguous();
-  profiler::ActivityScope activity(
-      memset ? profiler::ActivityKind::kMemset : profiler::ActivityKind::kKernel,
-      memset ? "Memset (Device)" : "aten::fill_", self.device().index(), self.nbytes());
-  cpu_alias(self).fill_(value);
+  const bool memset = value.equal(0) && self.is_contiguous();
+  launch(
+      current_stream(device), "aten::fill_",
+      [cpu_self = LaunchAliases().alias(self), value, memset, device]() mutable {
+        profiler::ActivityScope activity(
+            memset ? profiler::ActivityKind::kMemset : profiler::ActivityKind::kKernel,
+            memset ? "Memset (Device)" : "aten::fill_", device, cpu_self.nbytes());
+        at::_ops::fill__Scalar::redispatch(c10::DispatchKeySet(c10::DispatchKey::CPU), cpu_self, value);
+      });
   return self;
 }
 

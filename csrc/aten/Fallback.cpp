@@ -4,6 +4,8 @@
 #include "aten/Fallback.h"
 
 #include "aten/CpuRedispatch.h"
+#include "aten/OperatorFacts.h"
+#include "aten/QueuedOp.h"
 #include "runtime/Device.h"
 
 #include <c10/util/SmallVector.h>
@@ -68,41 +70,38 @@ bool is_dtype(const c10::Argument& argument) {
   return named->kind() == c10::TypeKind::ScalarTypeType;
 }
 
-// What run_on_cpu_aliases needs of an operator's schema, worked out on its first call
-// rather than walking the schema (alias sets, types) on every call.
-struct OperatorFacts {
-  explicit OperatorFacts(const c10::FunctionSchema& schema)
-      : accelerator_dtypes(vdev::accelerator_dtypes(schema.name())) {
-    const auto& arguments = schema.arguments();
-    for (const c10::Argument& argument : arguments) {
-      written.push_back(is_written(argument));
-      index_list.push_back(is_index_list(argument));
-      optional_generator.push_back(is_optional_generator(argument));
-      dtype.push_back(is_dtype(argument));
-    }
-    for (const c10::Argument& result : schema.returns()) {
-      int argument_index = -1;
-      if (is_written(result)) {
-        for (size_t i = 0; i < arguments.size(); ++i) {
-          if (is_written(arguments[i]) &&
-              arguments[i].alias_info()->beforeSets() == result.alias_info()->beforeSets()) {
-            argument_index = static_cast<int>(i);
-            break;
-          }
+} // namespace
+
+OperatorFacts::OperatorFacts(const c10::FunctionSchema& schema)
+    : accelerator_dtypes(vdev::accelerator_dtypes(schema.name())), views_only(!schema.returns().empty()) {
+  const auto& arguments = schema.arguments();
+  for (const c10::Argument& argument : arguments) {
+    written.push_back(is_written(argument));
+    index_list.push_back(is_index_list(argument));
+    optional_generator.push_back(is_optional_generator(argument));
+    dtype.push_back(is_dtype(argument));
+  }
+  for (const c10::Argument& result : schema.returns()) {
+    int argument_index = -1;
+    if (is_written(result)) {
+      for (size_t i = 0; i < arguments.size(); ++i) {
+        if (is_written(arguments[i]) &&
+            arguments[i].alias_info()->beforeSets() == result.alias_info()->beforeSets()) {
+          argument_index = static_cast<int>(i);
+          break;
         }
       }
-      written_argument_of_result.push_back(argument_index);
     }
+    written_argument_of_result.push_back(argument_index);
+    views_only = views_only && argument_index < 0 && result.alias_info() != nullptr;
   }
+  for (bool argument_written : written) {
+    views_only = views_only && !argument_written;
+  }
+  launch = plan_launch(schema, *this);
+}
 
-  c10::SmallVector<bool, 8> written;
-  c10::SmallVector<bool, 8> index_list;
-  c10::SmallVector<bool, 8> optional_generator;
-  c10::SmallVector<bool, 8> dtype;
-  // For each result, the written argument it returns (in-place, out=), or -1.
-  c10::SmallVector<int, 4> written_argument_of_result;
-  const AcceleratorDtypes* accelerator_dtypes;
-};
+namespace {
 
 // Per operator, keyed by its schema (which lives as long as the operator): its facts
 // and how often the fallback ran it since the last reset. Entries are never removed.
@@ -247,7 +246,7 @@ void run_with_facts(
   }
 
   {
-    CpuRedispatch::Scope scope(device, schema.name().c_str());
+    CpuRedispatch::Scope scope(device, schema.name().c_str(), !facts.views_only);
     cpu_kernel(stack);
   }
 
@@ -271,6 +270,10 @@ void run_with_facts(
 }
 
 } // namespace
+
+const OperatorFacts& operator_facts(const c10::OperatorHandle& op) {
+  return registry().facts(op);
+}
 
 void run_on_cpu_aliases(
     const c10::OperatorHandle& op, torch::jit::Stack* stack,
@@ -302,6 +305,12 @@ void fallback_to(c10::DispatchKey cpu_key, const c10::OperatorHandle& op, torch:
     TORCH_WARN(
         full_name(op.schema()), " has no ", kBackendName,
         " kernel: running ATen's CPU kernel on device memory");
+  }
+  if (cpu_key == c10::DispatchKey::CPU) {
+    lazy_init();
+    if (launch_op(op, facts, stack)) {
+      return;
+    }
   }
   run_with_facts(op, facts, stack, [&op, cpu_key](torch::jit::Stack* cpu_stack) {
     op.redispatchBoxed(c10::DispatchKeySet(cpu_key), cpu_stack);

@@ -3,6 +3,8 @@
 #include "aten/Tensor.h"
 #include "runtime/Allocator.h"
 #include "runtime/Device.h"
+#include "runtime/HostAccess.h"
+#include "runtime/Stream.h"
 
 #include <c10/core/StorageImpl.h>
 #include <c10/util/Exception.h>
@@ -11,6 +13,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 
 namespace vdev {
@@ -22,6 +25,12 @@ struct SharedMapping {
   int fd;
   void* address;
   size_t length;
+  // In the process that shared the storage, the allocator's block it had: as CUDA's
+  // caching allocator counts a block shared through IPC as allocated until the sender
+  // frees it, vdev's statistics (and device capacity) keep counting this block while
+  // the sender holds the storage. Its pages are returned to the system (the data lives
+  // in the shared file); it is freed with the mapping.
+  c10::DataPtr counted_block;
 };
 
 void release_mapping(void* context) {
@@ -45,19 +54,38 @@ c10::DataPtr map_shared(int fd, size_t nbytes, c10::DeviceIndex device) {
     TORCH_CHECK(false, "cannot map shared ", kBackendName, " memory of ", nbytes, " bytes: ",
                 std::strerror(error));
   }
-  return c10::DataPtr(address, new SharedMapping{fd, address, length}, &release_mapping,
+  return c10::DataPtr(address, new SharedMapping{fd, address, length, {}}, &release_mapping,
                       make_device(device));
+}
+
+// Gives the whole pages of [address, address + nbytes) back to the system; they read
+// as zeros when touched again.
+void release_pages(void* address, size_t nbytes) {
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto start = reinterpret_cast<uintptr_t>(address);
+  const uintptr_t first = (start + page - 1) / page * page;
+  const uintptr_t end = (start + nbytes) / page * page;
+  if (first < end) {
+    madvise(reinterpret_cast<void*>(first), end - first, MADV_DONTNEED);
+  }
 }
 
 } // namespace
 
 int share_device_memory(const at::Tensor& tensor) {
   TORCH_CHECK(is_vdev(tensor), "share_device_memory expects a ", kBackendName, " tensor");
+  const c10::DeviceIndex device = tensor.device().index();
+  // The receiver reads what the device's queued work writes (CUDA's receiver waits for
+  // an event of the sender's stream); and work queued before the memory moves must not
+  // write the memory it leaves.
+  synchronize_device(device);
   c10::StorageImpl* storage = tensor.storage().unsafeGetStorageImpl();
   const c10::DataPtr& current = storage->data_ptr();
   if (current.get_deleter() == &release_mapping) {
     return static_cast<SharedMapping*>(current.get_context())->fd;
   }
+  // The copy below reads the memory on the host.
+  synchronize_for_host_op(tensor.device().index(), "share_memory_");
   const size_t nbytes = storage->nbytes();
   const int fd = memfd_create("vdev-shared-memory", MFD_CLOEXEC);
   TORCH_CHECK(fd >= 0, "cannot create shared ", kBackendName, " memory: ", std::strerror(errno));
@@ -67,11 +95,16 @@ int share_device_memory(const at::Tensor& tensor) {
     TORCH_CHECK(false, "cannot allocate ", nbytes, " bytes of shared ", kBackendName, " memory: ",
                 std::strerror(error));
   }
-  c10::DataPtr shared = map_shared(fd, nbytes, tensor.device().index());
+  c10::DataPtr shared = map_shared(fd, nbytes, device);
   if (nbytes > 0) {
     std::memcpy(shared.get(), current.get(), nbytes);
   }
-  storage->set_data_ptr_noswap(std::move(shared));
+  auto* mapping = static_cast<SharedMapping*>(shared.get_context());
+  c10::DataPtr previous = storage->set_data_ptr(std::move(shared));
+  if (owns_device_memory(previous)) {
+    release_pages(previous.get(), nbytes);
+    mapping->counted_block = std::move(previous);
+  }
   return fd;
 }
 

@@ -18,14 +18,47 @@
 #include <ATen/ops/sparse_resize_and_clear_native.h>
 #include <ATen/ops/sparse_resize_native.h>
 #include <ATen/ops/values_native.h>
+#include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
 namespace vdev {
 
+namespace {
+
+// The factories make the sparse tensor's empty indices and values on the current
+// device before taking the given ones; as CUDA's generated kernels do, they run with
+// the requested device current, so a tensor for vdev:1 is made on vdev:1 whatever the
+// current device.
+at::Tensor empty_sparse(
+    c10::SymIntArrayRef size, std::optional<at::ScalarType> dtype, std::optional<at::Layout> layout,
+    std::optional<at::Device> device, std::optional<bool> pin_memory,
+    std::optional<at::MemoryFormat> memory_format) {
+  const c10::OptionalDeviceGuard guard(device);
+  return at::native::empty_sparse_symint(size, dtype, layout, device, pin_memory, memory_format);
+}
+
+at::Tensor new_with_dims(
+    int64_t sparse_dim, int64_t dense_dim, at::IntArrayRef size, std::optional<at::ScalarType> dtype,
+    std::optional<at::Layout> layout, std::optional<at::Device> device, std::optional<bool> pin_memory) {
+  const c10::OptionalDeviceGuard guard(device);
+  return at::native::new_with_dims_sparse(sparse_dim, dense_dim, size, dtype, layout, device, pin_memory);
+}
+
+at::Tensor new_with_dims_and_tensors(
+    int64_t sparse_dim, int64_t dense_dim, c10::SymIntArrayRef size, const at::Tensor& indices,
+    const at::Tensor& values, std::optional<at::ScalarType> dtype, std::optional<at::Layout> layout,
+    std::optional<at::Device> device, std::optional<bool> pin_memory, std::optional<bool> is_coalesced) {
+  const c10::OptionalDeviceGuard guard(device);
+  return at::native::new_with_dims_and_tensor_sparse_symint(
+      sparse_dim, dense_dim, size, indices, values, dtype, layout, device, pin_memory, is_coalesced);
+}
+
+}  // namespace
+
 TORCH_LIBRARY_IMPL(aten, SparsePrivateUse1, m) {
-  m.impl("empty.memory_format", TORCH_FN(at::native::empty_sparse_symint));
-  m.impl("_sparse_coo_tensor_with_dims", TORCH_FN(at::native::new_with_dims_sparse));
-  m.impl("_sparse_coo_tensor_with_dims_and_tensors", TORCH_FN(at::native::new_with_dims_and_tensor_sparse_symint));
+  m.impl("empty.memory_format", TORCH_FN(empty_sparse));
+  m.impl("_sparse_coo_tensor_with_dims", TORCH_FN(new_with_dims));
+  m.impl("_sparse_coo_tensor_with_dims_and_tensors", TORCH_FN(new_with_dims_and_tensors));
   m.impl("_indices", TORCH_FN(at::native::_indices_sparse));
   m.impl("_values", TORCH_FN(at::native::_values_sparse));
   m.impl("indices", TORCH_FN(at::native::indices_sparse));

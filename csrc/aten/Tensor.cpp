@@ -130,6 +130,31 @@ at::Tensor empty_tensor(
   return tensor;
 }
 
+at::Tensor empty_strided_tensor(
+    c10::IntArrayRef sizes, c10::IntArrayRef strides, c10::ScalarType dtype, c10::DeviceIndex device) {
+  const caffe2::TypeMeta meta = c10::scalarTypeToTypeMeta(dtype);
+  c10::Storage storage =
+      new_storage(at::detail::computeStorageNbytes(sizes, strides, meta.itemsize()), device);
+  auto tensor = at::detail::make_tensor<TensorImpl>(std::move(storage), meta);
+  tensor.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, strides);
+  return tensor;
+}
+
+at::Tensor LaunchAliases::alias(const at::Tensor& tensor) {
+  const c10::StorageImpl* device_storage = tensor.storage().unsafeGetStorageImpl();
+  for (const auto& [shown, alias_storage] : storages_) {
+    if (shown == device_storage) {
+      return cpu_alias_over(tensor, alias_storage);
+    }
+  }
+  c10::Storage alias_storage(c10::make_intrusive<c10::StorageImpl>(
+      c10::StorageImpl::use_byte_size_t(), device_storage->nbytes(),
+      c10::DataPtr(const_cast<void*>(device_storage->data()), c10::Device(c10::kCPU)),
+      /*allocator=*/nullptr, /*resizable=*/false));
+  storages_.emplace_back(device_storage, alias_storage);
+  return cpu_alias_over(tensor, std::move(alias_storage));
+}
+
 namespace {
 at::Tensor with_geometry(
     at::Tensor tensor, const at::Tensor& like, c10::IntArrayRef sizes, c10::IntArrayRef strides,

@@ -4,6 +4,7 @@
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/TensorImpl.h>
+#include <c10/util/SmallVector.h>
 
 #include <atomic>
 #include <cstdint>
@@ -142,6 +143,25 @@ at::Tensor reusable_cpu_alias(const at::Tensor& tensor);
 // Keeps `alias` for `tensor`'s next op if nothing but the caller holds it (a kernel
 // may have kept a reference, or given it to Python).
 void release_cpu_alias(c10::TensorImpl& tensor, at::Tensor&& alias);
+
+// A new uninitialised vdev tensor with the given sizes and strides.
+at::Tensor empty_strided_tensor(
+    c10::IntArrayRef sizes, c10::IntArrayRef strides, c10::ScalarType dtype, c10::DeviceIndex device);
+
+// CPU aliases for a kernel launched on a stream: CPU tensors over vdev tensors' memory
+// as it is at the launch (data pointer, sizes, strides, offset: the host may change
+// them before the kernel runs) that do not own it. As on CUDA, queued work keeps no
+// memory alive: the caching allocator reuses a freed block only for work ordered after
+// it on the block's stream, and other streams' use must be recorded (record_stream).
+// Tensors over one device storage get aliases over one CPU storage, so kernels see
+// their overlap as on the CPU.
+class LaunchAliases {
+ public:
+  at::Tensor alias(const at::Tensor& tensor);
+
+ private:
+  c10::SmallVector<std::pair<const c10::StorageImpl*, c10::Storage>, 4> storages_;
+};
 
 // `tensor` itself when on CPU, its CPU alias when on vdev.
 inline at::Tensor as_cpu(const at::Tensor& tensor) {

@@ -189,9 +189,14 @@ Options as_gloo_options(const Options& opts) {
   return result;
 }
 
-// What turns the SUM in `aliases` into `op`'s result, or nothing if gloo ran `op` itself.
+// What turns the SUM gloo leaves in `results` into `op`'s result, or nothing if gloo
+// ran `op` itself.
 std::function<void()> scaling(
-    const c10d::ReduceOp& op, int group_size, std::vector<at::Tensor> aliases) {
+    const c10d::ReduceOp& op, int group_size, const std::vector<at::Tensor>& results) {
+  if (!scaled_sum(op)) {
+    return nullptr;
+  }
+  std::vector<at::Tensor> aliases = vdev::aliases(results);
   if (op == c10d::ReduceOp::AVG) {
     return [group_size, aliases = std::move(aliases)]() mutable {
       for (at::Tensor& alias : aliases) {
@@ -203,25 +208,23 @@ std::function<void()> scaling(
       }
     };
   }
-  if (op == c10d::ReduceOp::PREMUL_SUM) {
-    const auto* factor = dynamic_cast<const c10d::PreMulSumSupplement*>(op.supplement_.get());
-    TORCH_CHECK(
-        factor != nullptr, kCollectiveBackendName,
-        ": PREMUL_SUM needs a factor (torch.distributed._make_nccl_premul_sum)");
-    at::Tensor tensor_factor =
-        factor->tensor_factor.defined() ? as_cpu(factor->tensor_factor) : at::Tensor();
-    double double_factor = factor->double_factor;
-    return [tensor_factor, double_factor, aliases = std::move(aliases)]() mutable {
-      for (at::Tensor& alias : aliases) {
-        if (tensor_factor.defined()) {
-          alias.mul_(tensor_factor);
-        } else {
-          alias.mul_(double_factor);
-        }
+  // PREMUL_SUM
+  const auto* factor = dynamic_cast<const c10d::PreMulSumSupplement*>(op.supplement_.get());
+  TORCH_CHECK(
+      factor != nullptr, kCollectiveBackendName,
+      ": PREMUL_SUM needs a factor (torch.distributed._make_nccl_premul_sum)");
+  at::Tensor tensor_factor =
+      factor->tensor_factor.defined() ? as_cpu(factor->tensor_factor) : at::Tensor();
+  double double_factor = factor->double_factor;
+  return [tensor_factor, double_factor, aliases = std::move(aliases)]() mutable {
+    for (at::Tensor& alias : aliases) {
+      if (tensor_factor.defined()) {
+        alias.mul_(tensor_factor);
+      } else {
+        alias.mul_(double_factor);
       }
-    };
-  }
-  return nullptr;
+    }
+  };
 }
 
 } // namespace
@@ -322,7 +325,7 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::allreduce(
   return run(
       call_device("all_reduce", {tensors}), tensors,
       [&] { return on_gloo(&c10d::Backend::allreduce, tensors, as_gloo_options(opts)); },
-      scaling(opts.reduceOp, size_, aliases(tensors)));
+      scaling(opts.reduceOp, size_, tensors));
 }
 
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::allreduce_coalesced(
@@ -330,7 +333,7 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::allreduce_coalesced(
   return run(
       call_device("all_reduce_coalesced", {tensors}), tensors,
       [&] { return on_gloo(&c10d::Backend::allreduce_coalesced, tensors, as_gloo_options(opts)); },
-      scaling(opts.reduceOp, size_, aliases(tensors)));
+      scaling(opts.reduceOp, size_, tensors));
 }
 
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::reduce(
@@ -339,7 +342,7 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::reduce(
   return run(
       call_device("reduce", {tensors}), tensors,
       [&] { return on_gloo(&c10d::Backend::reduce, tensors, as_gloo_options(opts)); },
-      rank_ == opts.rootRank ? scaling(opts.reduceOp, size_, aliases(tensors)) : nullptr);
+      rank_ == opts.rootRank ? scaling(opts.reduceOp, size_, tensors) : nullptr);
 }
 
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::allgather(
@@ -396,7 +399,7 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::reduce_scatter(
   return run(
       call_device("reduce_scatter", {outputs, flattened(inputs)}), outputs,
       [&] { return on_gloo(&c10d::Backend::reduce_scatter, outputs, inputs, as_gloo_options(opts)); },
-      scaling(opts.reduceOp, size_, aliases(outputs)));
+      scaling(opts.reduceOp, size_, outputs));
 }
 
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::_reduce_scatter_base(
@@ -406,7 +409,7 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::_reduce_scatter_base(
       [&] {
         return on_gloo(&c10d::Backend::_reduce_scatter_base, output, input, as_gloo_options(opts));
       },
-      scaling(opts.reduceOp, size_, {cpu_alias(output)}));
+      scaling(opts.reduceOp, size_, {output}));
 }
 
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::reduce_scatter_tensor_coalesced(
@@ -418,7 +421,7 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::reduce_scatter_tensor_coalesce
         return on_gloo(
             &c10d::Backend::reduce_scatter_tensor_coalesced, outputs, inputs, as_gloo_options(opts));
       },
-      scaling(opts.reduceOp, size_, aliases(outputs)));
+      scaling(opts.reduceOp, size_, outputs));
 }
 
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::alltoall_base(

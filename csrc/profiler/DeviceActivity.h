@@ -64,13 +64,33 @@ std::vector<DeviceActivity> take_recorded();
 void push_correlation_id(uint64_t id);
 void pop_correlation_id();
 
+// Where a launched kernel comes from: its stream, the CPU operator that launched it
+// and the launching thread. Taken at the launch while recording; a stream's worker
+// attributes the device work it records to it while a LaunchedWork lives.
+struct LaunchOrigin {
+  c10::StreamId stream = 0;
+  uint64_t correlation_id = 0;
+  int32_t thread_id = 0;
+};
+LaunchOrigin launch_origin(const c10::Stream& stream);
+class LaunchedWork {
+ public:
+  explicit LaunchedWork(const LaunchOrigin& origin);
+  ~LaunchedWork();
+  LaunchedWork(const LaunchedWork&) = delete;
+  LaunchedWork& operator=(const LaunchedWork&) = delete;
+
+ private:
+  const LaunchOrigin* previous_;
+};
+
 // Nanoseconds on the clock of PyTorch's profiler events (c10::getTime).
 int64_t now_ns();
 
 // Records one piece of device work over its lifetime: the hook where a kernel, copy
 // or memset runs. The launch facts (name, device, stream, launching operator) are
-// taken where the work is submitted; begin and end bracket where it executes, which
-// for vdev's synchronous streams is the same place.
+// taken where the work is submitted (LaunchOrigin for work launched on a stream);
+// begin and end bracket where it executes.
 class ActivityScope {
  public:
   // Work on `device`'s current stream.

@@ -18,28 +18,35 @@ void set_memory_observer(MemoryObserver observer, bool present) {
   }
 }
 
-void report_memory(const MemoryEvent& event) {
-  if (memory_observed_by(kProfilerObserver)) {
-    const c10::Device device = make_device(event.device);
-    switch (event.action) {
-      case MemoryAction::kAlloc:
-        c10::reportMemoryUsageToProfiler(
-            const_cast<void*>(event.ptr), static_cast<int64_t>(event.size), event.allocated,
-            event.reserved, device);
-        break;
-      case MemoryAction::kFreeRequested:
-        c10::reportMemoryUsageToProfiler(
-            const_cast<void*>(event.ptr), -static_cast<int64_t>(event.size), event.allocated,
-            event.reserved, device);
-        break;
-      case MemoryAction::kOom:
-        c10::reportOutOfMemoryToProfiler(
-            static_cast<int64_t>(event.size), event.allocated, event.reserved, device);
-        break;
-      default:
-        break;
-    }
+namespace {
+
+// A no-op unless the thread's profiler records memory.
+void report_to_profiler(const MemoryEvent& event) {
+  const c10::Device device = make_device(event.device);
+  switch (event.action) {
+    case MemoryAction::kAlloc:
+      c10::reportMemoryUsageToProfiler(
+          const_cast<void*>(event.ptr), static_cast<int64_t>(event.size), event.allocated,
+          event.reserved, device);
+      break;
+    case MemoryAction::kFreeRequested:
+      c10::reportMemoryUsageToProfiler(
+          const_cast<void*>(event.ptr), -static_cast<int64_t>(event.size), event.allocated,
+          event.reserved, device);
+      break;
+    case MemoryAction::kOom:
+      c10::reportOutOfMemoryToProfiler(
+          static_cast<int64_t>(event.size), event.allocated, event.reserved, device);
+      break;
+    default:
+      break;
   }
+}
+
+} // namespace
+
+void report_memory(const MemoryEvent& event) {
+  report_to_profiler(event);
   if (memory_observed_by(kHistoryObserver)) {
     record_in_history(event);
   }

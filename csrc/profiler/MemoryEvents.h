@@ -3,12 +3,14 @@
 // What the caching allocator tells observers of device memory: torch.profiler's
 // memory events (profile_memory=True) and the memory history behind snapshots
 // (MemoryHistory.h). The allocator reports at a few points, each behind
-// memory_observed(): one relaxed load while nobody observes.
+// memory_observed(): a relaxed load and c10's check of the thread's profiler while
+// nobody observes.
 
 #include "profiler/DeviceActivity.h"
 
 #include <torch_vdev/Backend.h>
 
+#include <c10/core/Allocator.h>
 #include <c10/core/Device.h>
 #include <c10/core/Stream.h>
 
@@ -43,9 +45,7 @@ struct MemoryEvent {
 };
 
 enum MemoryObserver : uint8_t {
-  // A profiler session (profile_memory shows vdev's allocations).
-  kProfilerObserver = 1,
-  kHistoryObserver = 2,
+  kHistoryObserver = 1,
 };
 
 namespace detail {
@@ -53,8 +53,11 @@ namespace detail {
 VDEV_API extern std::atomic<uint8_t> memory_observers;
 } // namespace detail
 
+// As CUDA's allocator, vdev's reports to the profiler of the allocating thread whenever
+// it records memory (profile_memory=True), whichever activities it records.
 inline bool memory_observed() {
-  return detail::memory_observers.load(std::memory_order_relaxed) != 0;
+  return detail::memory_observers.load(std::memory_order_relaxed) != 0 ||
+      c10::memoryProfilingEnabled();
 }
 
 inline bool memory_observed_by(MemoryObserver observer) {

@@ -6,16 +6,17 @@
 #include "aten/SharedMemory.h"
 #include "aten/Tensor.h"
 #include "python/Distributed.h"
+#include "python/Inductor.h"
 #include "python/MemorySnapshot.h"
 #include "python/PythonKernel.h"
 #include "runtime/Allocator.h"
 #include "runtime/Device.h"
+#include "runtime/HostAccess.h"
 #include "runtime/Generator.h"
 #include "runtime/HostAllocator.h"
 #include "runtime/Launch.h"
 #include "runtime/Stream.h"
 
-#include <torch/csrc/Dtype.h>
 #include <torch/csrc/Event.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/Exceptions.h>
@@ -147,6 +148,8 @@ PYBIND11_MODULE(_C, m) {
       "True if name.overload has a vdev kernel of its own, not the CPU fallback");
   m.def("fallback_stats", [] { return vdev::fallback_stats(); });
   m.def("reset_fallback_stats", [] { vdev::reset_fallback_stats(); });
+  m.def("host_op_stats", [] { return vdev::host_op_stats(); });
+  m.def("reset_host_op_stats", [] { vdev::reset_host_op_stats(); });
 
   m.def("current_stream", [](int index) {
     vdev::lazy_init();
@@ -189,22 +192,7 @@ PYBIND11_MODULE(_C, m) {
     }
     return ops;
   });
-  // The allocations of Inductor's generated Python wrappers: torch.empty_strided on a
-  // vdev device without torch's Python argument parsing, like torch's
-  // _empty_strided_cpu for CPU buffers.
-  // Inductor's generated kernels run on the calling thread, each once the work queued
-  // before it on the current stream is complete (torch_vdev/_inductor.py).
-  m.def("wait_for_current_stream", [](int index) {
-    py::gil_scoped_release no_gil;
-    vdev::synchronize_current_stream(to_index(index));
-  });
-  m.def("empty_strided", [](c10::IntArrayRef sizes, c10::IntArrayRef strides, py::handle dtype, int index) {
-    TORCH_CHECK_TYPE(THPDtype_Check(dtype.ptr()), "dtype must be a torch.dtype");
-    const auto options = at::TensorOptions()
-                             .dtype(reinterpret_cast<THPDtype*>(dtype.ptr())->scalar_type)
-                             .device(vdev::make_device(to_index(index)));
-    return at::empty_strided(sizes, strides, options);
-  });
+  vdev::bind_inductor(m);
   m.def("is_vdev_tensor_impl", &vdev::has_vdev_tensor_impl);
   m.def("share_device_memory", &vdev::share_device_memory);
   m.def("tensor_from_shared_memory", [](int fd, size_t nbytes, int device) {

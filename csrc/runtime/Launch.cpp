@@ -1,5 +1,6 @@
 #include "runtime/Launch.h"
 
+#include "profiler/DeviceActivity.h"
 #include "runtime/RuntimeError.h"
 #include "runtime/Stream.h"
 
@@ -7,6 +8,7 @@
 
 #include <exception>
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace vdev {
@@ -19,12 +21,19 @@ struct Kernel {
   // mode, ...): the kernel runs as it would have on that thread, as the autograd
   // engine's threads run their work.
   at::ThreadLocalState launching_thread;
+  // Taken while the profiler records (else empty): what the kernel's device activity
+  // is attributed to.
+  profiler::LaunchOrigin origin;
 };
 
 void run_kernel(void* data) {
   std::unique_ptr<Kernel> kernel(static_cast<Kernel*>(data));
   try {
     at::ThreadLocalStateGuard state(kernel->launching_thread);
+    std::optional<profiler::LaunchedWork> launched;
+    if (C10_UNLIKELY(kernel->origin.thread_id != 0)) {
+      launched.emplace(kernel->origin);
+    }
     kernel->body();
   } catch (const c10::Error& error) {
     vdrtReportLaunchFailure(
@@ -37,7 +46,9 @@ void run_kernel(void* data) {
 } // namespace
 
 void launch(const c10::Stream& stream, const char* op_name, std::function<void()> kernel) {
-  auto* queued = new Kernel{op_name, std::move(kernel), at::ThreadLocalState()};
+  auto* queued = new Kernel{
+      op_name, std::move(kernel), at::ThreadLocalState(),
+      profiler::recording() ? profiler::launch_origin(stream) : profiler::LaunchOrigin()};
   check_runtime(vdrtLaunchHostFunc(runtime_stream(stream), &run_kernel, queued), op_name);
 }
 

@@ -44,6 +44,19 @@ def reset_fallback_stats() -> None:
     _C.reset_fallback_stats()
 
 
+def synchronizing_op_stats() -> dict:
+    """``{op: calls}``: the ops that ran on the calling thread since the last
+    ``reset_synchronizing_op_stats()``, each after waiting for the work queued on its
+    device's current stream (``.item()``, copies to pageable memory, ops whose output
+    sizes depend on data or that have no C++ meta kernel). Every other vdev op is
+    launched on the stream and returns once queued."""
+    return dict(_C.host_op_stats())
+
+
+def reset_synchronizing_op_stats() -> None:
+    _C.reset_host_op_stats()
+
+
 def _register_backend() -> None:
     # The C++ library registered the name when it loaded; renaming to the same
     # name sets up torch's Python side (device type, profiler names).

@@ -18,6 +18,12 @@ def _register_dynamo() -> None:
     _dynamo.register()
 
 
+def _register_fake_convolution() -> None:
+    from . import _fake
+
+    _fake.register()
+
+
 def _register_inductor() -> None:
     from . import _inductor
 
@@ -25,10 +31,12 @@ def _register_inductor() -> None:
 
 
 # torch module -> what to register once it is imported. Dynamo looks device interfaces
-# up in device_interface; every Inductor compilation (torch.compile, cpp_wrapper,
-# AOTInductor) goes through compile_fx before it generates code.
+# up in device_interface; FakeTensor's rules for operators are in fake_impls; every
+# Inductor compilation (torch.compile, cpp_wrapper, AOTInductor) goes through
+# compile_fx before it generates code.
 _REGISTRATIONS: Dict[str, Callable[[], None]] = {
     "torch._dynamo.device_interface": _register_dynamo,
+    "torch._subclasses.fake_impls": _register_fake_convolution,
     "torch._inductor.compile_fx": _register_inductor,
 }
 

@@ -60,7 +60,7 @@ class VdevDeviceOpOverrides(DeviceOpOverrides):
 
 # What generated Python wrappers call vdev's buffer allocation (torch_vdev._C.empty_strided).
 _ALLOCATE = f"empty_strided_{BACKEND_NAME}"
-_WAIT_FOR_STREAM = f"wait_for_current_stream_{BACKEND_NAME}"
+_LAUNCH_KERNEL = f"launch_kernel_{BACKEND_NAME}"
 
 
 @functools.cache
@@ -108,7 +108,7 @@ class VdevPythonWrapperCodegen(PythonWrapperCodegen):
     def write_header(self) -> None:
         super().write_header()
         self.imports.writeline(f"from torch_vdev._C import empty_strided as {_ALLOCATE}")
-        self.imports.writeline(f"from torch_vdev._C import wait_for_current_stream as {_WAIT_FOR_STREAM}")
+        self.imports.writeline(f"from torch_vdev._C import launch_kernel as {_LAUNCH_KERNEL}")
 
     def make_allocation(self, name, device, dtype, shape, stride, allocation_shape=None, is_pinned=False):
         from torch._inductor import config
@@ -132,9 +132,10 @@ class VdevPythonWrapperCodegen(PythonWrapperCodegen):
 
     def launch_kernel_in_stream_order(self, kernel_name: str, call_args, device: torch.device) -> None:
         # The C++ kernel runs on the calling thread, once the work queued before it on
-        # the device's current stream (copies, extern kernels) is complete.
-        self.writeline(f"{_WAIT_FOR_STREAM}({device.index or 0})")
-        self.writeline(self.wrap_kernel_call(kernel_name, call_args))
+        # the device's current stream (copies, extern kernels) is complete, and is
+        # profiled as a vdev kernel (torch_vdev._C.launch_kernel).
+        launch_args = [repr(kernel_name), str(device.index or 0), kernel_name, *call_args]
+        self.writeline(self.wrap_kernel_call(_LAUNCH_KERNEL, launch_args))
 
 
 class VdevCppWrapperCodegen(CppWrapperCpu):
@@ -209,15 +210,6 @@ class VdevCppWrapperCodegen(CppWrapperCpu):
                 )
         super().generate_c_shim_extern_kernel_call(kernel, args, device, **kwargs)
 
-    @staticmethod
-    def create(
-        is_subgraph: bool,
-        subgraph_name: Optional[str],
-        parent_wrapper: Optional[PythonWrapperCodegen],
-        partition_signatures: Any = None,
-    ) -> "VdevCppWrapperCodegen":
-        return VdevCppWrapperCodegen()
-
     def _generate_kernel_call_helper(self, kernel_name: str, call_args, *, device=None, **kwargs) -> None:
         if _is_vdev(device):
             self.launch_kernel_in_stream_order(kernel_name, call_args, device, **kwargs)
@@ -226,10 +218,15 @@ class VdevCppWrapperCodegen(CppWrapperCpu):
 
     def launch_kernel_in_stream_order(self, kernel_name: str, call_args, device: torch.device, **kwargs) -> None:
         # The C++ kernel runs on the calling thread, as on the CPU, once the work queued
-        # before it on the device's current stream is complete.
+        # before it on the device's current stream is complete, and is profiled as a
+        # vdev kernel (c_shim_vdev.h).
         self.add_device_include(BACKEND_NAME)
-        self.writeline(f"torch_vdev::inductor_shim::wait_for_current_stream({device.index or 0});")
+        self.writeline("{")
+        self.writeline(
+            f'torch_vdev::inductor_shim::GeneratedKernel launch("{kernel_name}", {device.index or 0});'
+        )
         super()._generate_kernel_call_helper(kernel_name, call_args, device=_KERNEL_DEVICE, **kwargs)
+        self.writeline("}")
 
 
 def _treat_vdev_as_cpp_device() -> None:
@@ -243,9 +240,9 @@ def _treat_vdev_as_cpp_device() -> None:
       reindexing the C++ code generator does not support;
     - ``ir.is_cpu``: the thresholds for realizing large pointwise expressions;
 
-    and two steps whose results are wrong on vdev otherwise (below).
+    and one step whose result is wrong on vdev otherwise (below).
     """
-    from torch._inductor import config, graph, ir, scheduler, utils
+    from torch._inductor import config, ir, scheduler, utils
     from torch._inductor.codegen import common
     from torch._inductor.kernel import mm_common
 
@@ -284,23 +281,6 @@ def _treat_vdev_as_cpp_device() -> None:
 
     scheduler.Scheduler.codegen_extern_call = codegen_extern_call_after_pending_kernels
 
-    # Inductor's layout optimization makes convolutions channels-last. On vdev, C++
-    # wrappers then get convolution outputs whose strides differ from the ones Inductor
-    # planned, and AOTInductor plans weights in a layout the user's weights do not
-    # have; graphs with vdev convolutions keep their layouts.
-    decide_layout_opt = graph.GraphLowering.decide_layout_opt
-
-    def decide_layout_opt_off_for_vdev(gm, *, is_inference: bool) -> bool:
-        if any(
-            node.target is torch.ops.aten.convolution.default
-            and node.args[0].meta["val"].device.type == BACKEND_NAME
-            for node in gm.graph.nodes
-        ):
-            return False
-        return decide_layout_opt(gm, is_inference=is_inference)
-
-    graph.GraphLowering.decide_layout_opt = staticmethod(decide_layout_opt_off_for_vdev)
-
 
 def _build_cpp_wrappers_as_cpu_code() -> None:
     """C++ wrappers refer to vdev's device type as ``at::kPrivateUse1`` (AOTInductor's C
@@ -325,7 +305,13 @@ def _build_cpp_wrappers_as_cpu_code() -> None:
 def register() -> None:
     _treat_vdev_as_cpp_device()
     _build_cpp_wrappers_as_cpu_code()
+    from . import _inductor_config
+
     register_device_op_overrides(BACKEND_NAME, VdevDeviceOpOverrides())
     register_backend_for_device(
-        BACKEND_NAME, CppScheduling, VdevPythonWrapperCodegen, VdevCppWrapperCodegen
+        BACKEND_NAME,
+        CppScheduling,
+        VdevPythonWrapperCodegen,
+        VdevCppWrapperCodegen,
+        device_custom_config=_inductor_config,
     )

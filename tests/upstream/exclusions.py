@@ -34,6 +34,13 @@ TEST_EXCLUSIONS = {
     "TestModule": {
         "test_multiple_device_transfer": "@onlyCUDA: moves the module with .cuda() and torch.cuda.device",
     },
+    "TestTorchDeviceType": {
+        "test_broadcast_fn_map": "Tensor.map_ raises TypeError for any non-CPU tensor, CUDA's too; the test returns early on CUDA only",
+        "test_broadcast_fn_map2": "Tensor.map2_ raises TypeError for any non-CPU tensor, CUDA's too; the test returns early on CUDA only",
+        "test_tensor_storage_type": "expects torch.<X>Storage for any non-CUDA device; CUDA's is torch.cuda.<X>Storage, vdev's torch.vdev.<X>Storage (tests/test_tensors.py)",
+        "test_grad_scaling_state_dict": "expects the scale to be a CPU torch.FloatTensor for any non-CUDA device; on CUDA it checks torch.cuda.FloatTensor",
+        "test_grad_scaler_deprecated_warning": "builds torch.cpu.amp.GradScaler for any non-CUDA device and expects its warning to name torch.<device>.amp",
+    },
     "TestAsArray": {
         "test_*_from_numpy": "@onlyCPU: aliases a NumPy array, which only CPU memory can back",
         "test_*_from_buffer": "@onlyCPU: aliases a Python buffer, which only CPU memory can back",

@@ -35,6 +35,8 @@ SOURCES = {
     "test_unary_ufuncs.py": Source("pytorch/pytorch", "434729df9c398fdfc12660048d8f2f3f1446e194", 65544),
     "test_view_ops.py": Source("pytorch/pytorch", "9c491bc34c6ab131b18cf51db02636d65ffd3472", 80417),
     "test_type_promotion.py": Source("maggiemoss/pytorch", "4b78f85938a63c12719f266324b57ffe9f3b7581", 59994),
+    "test_torch.py": Source("maggiemoss/pytorch", "4b78f85938a63c12719f266324b57ffe9f3b7581", 496100),
+    "test_tensor_creation_ops.py": Source("maggiemoss/pytorch", "4b78f85938a63c12719f266324b57ffe9f3b7581", 215487),
 }
 
 SHIMS = {

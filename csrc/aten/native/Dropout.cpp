@@ -33,22 +33,30 @@ bool fused_applies(const at::Tensor& values, const at::Tensor& mask) {
 }
 
 // result = (values * mask) * scale, element by element in the values' dtype, split
-// across threads as TensorIterator splits elementwise ops.
+// across threads as TensorIterator splits elementwise ops; launched on the stream.
 at::Tensor masked_scale(const at::Tensor& values, const at::Tensor& mask, double scale) {
   at::Tensor result = at::empty_like(values, c10::MemoryFormat::Contiguous);
-  AT_DISPATCH_FLOATING_TYPES(values.scalar_type(), "vdev_masked_scale", [&] {
-    const scalar_t* in = values.const_data_ptr<scalar_t>();
-    // The mask's bools read as bytes (0 or 1): GCC vectorizes no loop that loads bool.
-    const auto* keep = reinterpret_cast<const uint8_t*>(mask.const_data_ptr<bool>());
-    scalar_t* out = result.mutable_data_ptr<scalar_t>();
-    const auto factor = static_cast<scalar_t>(scale);
-    at::parallel_for(0, values.numel(), at::internal::GRAIN_SIZE, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        const scalar_t kept = in[i] * static_cast<scalar_t>(keep[i]);
-        out[i] = kept * factor;
-      }
-    });
-  });
+  const c10::DeviceIndex device = values.device().index();
+  LaunchAliases aliases;
+  launch(
+      current_stream(device), "vdev::masked_scale",
+      [values = aliases.alias(values), mask = aliases.alias(mask), result = aliases.alias(result), scale,
+       device]() {
+        profiler::ActivityScope activity(profiler::ActivityKind::kKernel, "vdev::masked_scale", device);
+        AT_DISPATCH_FLOATING_TYPES(values.scalar_type(), "vdev_masked_scale", [&] {
+          const scalar_t* in = values.const_data_ptr<scalar_t>();
+          // The mask's bools read as bytes (0 or 1): GCC vectorizes no loop that loads bool.
+          const auto* keep = reinterpret_cast<const uint8_t*>(mask.const_data_ptr<bool>());
+          scalar_t* out = result.mutable_data_ptr<scalar_t>();
+          const auto factor = static_cast<scalar_t>(scale);
+          at::parallel_for(0, values.numel(), at::internal::GRAIN_SIZE, [&](int64_t begin, int64_t end) {
+            for (int64_t i = begin; i < end; ++i) {
+              const scalar_t kept = in[i] * static_cast<scalar_t>(keep[i]);
+              out[i] = kept * factor;
+            }
+          });
+        });
+      });
   return result;
 }
 
@@ -62,7 +70,7 @@ std::tuple<at::Tensor, at::Tensor> native_dropout(
   const double scale = keep_probability == 0 ? 0. : 1. / keep_probability;
   at::Tensor mask = at::empty_like(input, input.options().dtype(c10::kBool));
   // Drawn as by the CPU kernel this one replaces, which draws from the CPU generator.
-  synchronize_current_stream(mask.device().index());
+  synchronize_for_host_op(mask.device().index(), at::_ops::native_dropout::name);
   cpu_alias(mask).bernoulli_(keep_probability);
   return {masked_scale(input, mask, scale), mask};
 }

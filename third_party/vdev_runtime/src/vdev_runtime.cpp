@@ -147,6 +147,29 @@ struct Work {
 
 std::atomic<bool> launch_blocking{env_flag("VDEV_LAUNCH_BLOCKING")};
 
+// How long an idle worker keeps polling its queue before it sleeps
+// (VDEV_WORKER_SPIN_US, microseconds). Waking a sleeping thread costs the launching
+// thread a futex call and the kernel tens of microseconds of latency; a host issuing
+// small ops back to back finds a polling worker instead.
+int64_t read_worker_spin_ns() {
+  const char* text = std::getenv("VDEV_WORKER_SPIN_US");
+  if (text == nullptr || *text == '\0') {
+    return 50 * 1000;
+  }
+  char* end = nullptr;
+  const long long value = std::strtoll(text, &end, 10);
+  return *end == '\0' && value >= 0 ? static_cast<int64_t>(value) * 1000 : 50 * 1000;
+}
+const int64_t worker_spin_ns = read_worker_spin_ns();
+
+void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
 // The stream whose work this thread runs (worker or launch-blocking caller), and the
 // failure a running host function reported.
 thread_local vdrtStream* tls_running_stream = nullptr;
@@ -204,9 +227,30 @@ struct vdrtStream : std::enable_shared_from_this<vdrtStream> {
     }
   }
 
+  // True once work is submitted past what the worker completed (or within the spin).
+  bool poll_for_work() {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::nanoseconds(worker_spin_ns);
+    for (;;) {
+      for (int i = 0; i < 64; ++i) {
+        if (submitted.load(std::memory_order_acquire) != completed.load(std::memory_order_relaxed)) {
+          return true;
+        }
+        cpu_relax();
+      }
+      if (std::chrono::steady_clock::now() >= deadline) {
+        return false;
+      }
+    }
+  }
+
   void work_loop() {
     std::unique_lock<std::mutex> lock(mutex);
     for (;;) {
+      if (queue.empty() && !stopping && worker_spin_ns > 0) {
+        lock.unlock();
+        poll_for_work();
+        lock.lock();
+      }
       work_queued.wait(lock, [&] { return !queue.empty() || stopping; });
       if (queue.empty()) {
         return;

@@ -13,6 +13,8 @@
 #include <torch/csrc/inductor/aoti_torch/c/shim.h>
 #include <torch/csrc/inductor/aoti_torch/utils.h>
 
+#include <dlfcn.h>
+
 namespace torch_vdev::inductor_shim {
 
 using torch::aot_inductor::new_tensor_handle;
@@ -42,6 +44,51 @@ inline void wait_for_current_stream(c10::DeviceIndex device) {
     guard->synchronizeStream(stream);
   }
 }
+
+// The profiling of a generated kernel's run (csrc/inductor/GeneratedKernel.h), in
+// libtorch_vdev, which is loaded wherever vdev tensors exist: looked up once, by its
+// soname, so the generated code links with libtorch alone.
+struct GeneratedKernelProfiling {
+  void* (*begin)(const char* name, int device) = nullptr;
+  void (*end)(void* scope) = nullptr;
+
+  static const GeneratedKernelProfiling& get() {
+    static const GeneratedKernelProfiling profiling = [] {
+      GeneratedKernelProfiling found;
+      if (void* library = dlopen("libtorch_vdev.so", RTLD_LAZY | RTLD_NOLOAD)) {
+        found.begin = reinterpret_cast<decltype(begin)>(dlsym(library, "torch_vdev_generated_kernel_begin"));
+        found.end = reinterpret_cast<decltype(end)>(dlsym(library, "torch_vdev_generated_kernel_end"));
+        dlclose(library);  // it stays loaded: the process holds it
+      }
+      return found;
+    }();
+    return profiling;
+  }
+};
+
+// A generated kernel's run on `device`: in its current stream's order, and seen by
+// torch.profiler as a CPU operator named after the kernel and the device activity it
+// launched.
+class GeneratedKernel {
+ public:
+  GeneratedKernel(const char* name, c10::DeviceIndex device) {
+    wait_for_current_stream(device);
+    const GeneratedKernelProfiling& profiling = GeneratedKernelProfiling::get();
+    if (profiling.begin != nullptr && profiling.end != nullptr) {
+      scope_ = profiling.begin(name, device);
+    }
+  }
+  ~GeneratedKernel() {
+    if (scope_ != nullptr) {
+      GeneratedKernelProfiling::get().end(scope_);
+    }
+  }
+  GeneratedKernel(const GeneratedKernel&) = delete;
+  GeneratedKernel& operator=(const GeneratedKernel&) = delete;
+
+ private:
+  void* scope_ = nullptr;
+};
 
 } // namespace torch_vdev::inductor_shim
 

@@ -1,0 +1,430 @@
+#include "aten/QueuedOp.h"
+
+#include "aten/CpuRedispatch.h"
+#include "aten/MetaKernels.h"
+#include "aten/Tensor.h"
+#include "profiler/DeviceActivity.h"
+#include "runtime/Allocator.h"
+#include "runtime/Device.h"
+#include "runtime/Launch.h"
+#include "runtime/Stream.h"
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/EmptyTensor.h>
+#include <c10/core/StorageImpl.h>
+
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace vdev {
+namespace {
+
+bool is_written(const c10::Argument& argument) {
+  return argument.alias_info() != nullptr && argument.alias_info()->isWrite();
+}
+
+bool is_plain_tensor(const c10::Argument& argument) {
+  return argument.type()->kind() == c10::TypeKind::TensorType;
+}
+
+bool starts_with(std::string_view text, std::string_view prefix) {
+  return text.substr(0, prefix.size()) == prefix;
+}
+
+// The aten overloads of each operator name, indexed once.
+const std::vector<c10::OperatorName>& overloads_of(const std::string& name) {
+  static const auto* const index = [] {
+    auto* overloads = new std::unordered_map<std::string, std::vector<c10::OperatorName>>();
+    for (const c10::OperatorName& op : c10::Dispatcher::singleton().getAllOpNames()) {
+      if (starts_with(op.name, "aten::")) {
+        (*overloads)[op.name].push_back(op);
+      }
+    }
+    return overloads;
+  }();
+  static const std::vector<c10::OperatorName> none;
+  auto found = index->find(name);
+  return found == index->end() ? none : found->second;
+}
+
+// The out= overload of a functional op: its arguments, then one written tensor per
+// result; with a CPU kernel of its own.
+std::optional<c10::OperatorHandle> out_overload(const c10::FunctionSchema& functional) {
+  const auto& arguments = functional.arguments();
+  const size_t outputs = functional.returns().size();
+  for (const c10::OperatorName& name : overloads_of(functional.name())) {
+    std::optional<c10::OperatorHandle> candidate = c10::Dispatcher::singleton().findOp(name);
+    if (!candidate.has_value() || !candidate->hasSchema()) {
+      continue;
+    }
+    const c10::FunctionSchema& schema = candidate->schema();
+    if (schema.arguments().size() != arguments.size() + outputs ||
+        schema.returns().size() != outputs) {
+      continue;
+    }
+    bool matches = true;
+    for (size_t i = 0; i < schema.arguments().size() && matches; ++i) {
+      const c10::Argument& argument = schema.arguments()[i];
+      matches = i < arguments.size()
+          ? argument.name() == arguments[i].name() && *argument.type() == *arguments[i].type() &&
+              is_written(argument) == is_written(arguments[i])
+          : argument.kwarg_only() && is_written(argument) && is_plain_tensor(argument);
+    }
+    if (matches && candidate->hasKernelForDispatchKey(c10::DispatchKey::CPU)) {
+      return candidate;
+    }
+  }
+  return std::nullopt;
+}
+
+// Functional ops whose out= overload's CPU kernel changes the output it is given: a
+// reduced loss is first written unreduced (resized, with a deprecation warning);
+// linalg_lu_solve's out= kernel leaves its output a lazy conjugate, which its meta
+// kernel does not.
+bool out_overload_differs(const std::string& name) {
+  return name == "aten::mse_loss" || name == "aten::smooth_l1_loss" || name == "aten::linalg_lu_solve";
+}
+
+// Ops that change their written arguments' storage or geometry rather than their values.
+bool changes_metadata(const std::string& name) {
+  for (std::string_view prefix : {"aten::resize", "aten::_resize", "aten::set_", "aten::sparse_resize"}) {
+    if (starts_with(name, prefix)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// A meta tensor over `storage` with `tensor`'s sizes, strides, offset, dtype and math bits.
+at::Tensor meta_like(const at::Tensor& tensor, c10::Storage storage) {
+  auto meta = at::detail::make_tensor<c10::TensorImpl>(
+      std::move(storage), c10::DispatchKeySet(c10::DispatchKey::Meta), tensor.dtype());
+  c10::TensorImpl* impl = meta.unsafeGetTensorImpl();
+  impl->set_sizes_and_strides(tensor.sizes(), tensor.strides(), tensor.storage_offset());
+  impl->_set_conj(tensor.is_conj());
+  impl->_set_neg(tensor.is_neg());
+  return meta;
+}
+
+// The arguments as meta tensors, one per argument tensor (a tensor passed twice is one
+// meta tensor). Tensors over one storage get meta tensors over one meta storage, whose
+// data pointer is the storage's own (never read): the meta kernels' overlap checks
+// then see what the CPU kernel would, and raise at the call.
+class MetaArguments {
+ public:
+  const at::Tensor& meta(const at::Tensor& tensor) {
+    for (const auto& [original, meta] : metas_) {
+      if (original == tensor.unsafeGetTensorImpl()) {
+        return meta;
+      }
+    }
+    return metas_.emplace_back(tensor.unsafeGetTensorImpl(), meta_like(tensor, meta_storage(tensor))).second;
+  }
+
+  c10::IValue convert(const c10::IValue& value) {
+    if (value.isTensor()) {
+      const at::Tensor& tensor = value.toTensor();
+      return tensor.defined() ? c10::IValue(meta(tensor)) : value;
+    }
+    if (value.isList()) {
+      c10::impl::GenericList converted(value.toList().elementType());
+      const c10::ArrayRef<c10::IValue> elements = value.toListRef();
+      converted.reserve(elements.size());
+      for (const c10::IValue& element : elements) {
+        converted.push_back(convert(element));
+      }
+      return converted;
+    }
+    if (value.isDevice() && value.toDevice().type() == kDeviceType) {
+      return c10::Device(c10::kMeta);
+    }
+    return value;
+  }
+
+ private:
+  c10::Storage meta_storage(const at::Tensor& tensor) {
+    const c10::StorageImpl* storage = tensor.has_storage() ? tensor.storage().unsafeGetStorageImpl() : nullptr;
+    for (const auto& [shown, meta] : storages_) {
+      if (storage != nullptr && shown == storage) {
+        return meta;
+      }
+    }
+    c10::Storage meta(c10::make_intrusive<c10::StorageImpl>(
+        c10::StorageImpl::use_byte_size_t(), storage == nullptr ? 0 : storage->nbytes(),
+        c10::DataPtr(storage == nullptr ? nullptr : const_cast<void*>(storage->data()), c10::Device(c10::kMeta)),
+        c10::GetAllocator(c10::kMeta), /*resizable=*/true));
+    storages_.emplace_back(storage, meta);
+    return meta;
+  }
+
+  c10::SmallVector<std::pair<const c10::TensorImpl*, at::Tensor>, 4> metas_;
+  c10::SmallVector<std::pair<const c10::StorageImpl*, c10::Storage>, 4> storages_;
+};
+
+// Whether the CPU kernel can take `tensor` as it is: strided, and not of an
+// accelerator dtype it computes in a wider one.
+bool launchable_argument(const at::Tensor& tensor, const AcceleratorDtypes* accelerator_dtypes) {
+  if (!tensor.defined()) {
+    return true;
+  }
+  if (tensor.layout() != c10::kStrided || tensor.is_nested()) {
+    return false;
+  }
+  return accelerator_dtypes == nullptr || !is_vdev(tensor) ||
+      accelerator_dtypes->compute_type(tensor.scalar_type()) == c10::ScalarType::Undefined;
+}
+
+// A written out= argument takes the geometry and math bits the meta kernel gave it. Its values are
+// all overwritten, so new memory, if it grows, is not filled from the old (work queued
+// earlier may still be writing that).
+void take_geometry(const at::Tensor& original, const at::Tensor& meta, c10::DeviceIndex device) {
+  c10::TensorImpl* impl = original.unsafeGetTensorImpl();
+  impl->_set_conj(meta.is_conj());
+  impl->_set_neg(meta.is_neg());
+  if (same_geometry(*impl, *meta.unsafeGetTensorImpl())) {
+    return;
+  }
+  const size_t nbytes = at::detail::computeStorageNbytes(
+      meta.sizes(), meta.strides(), meta.itemsize(), meta.storage_offset());
+  c10::StorageImpl* storage = impl->storage().unsafeGetStorageImpl();
+  if (nbytes > storage->nbytes()) {
+    TORCH_CHECK(
+        storage->resizable(), "Trying to resize storage that is not resizable (out= argument of ",
+        kBackendName, " op)");
+    storage->set_data_ptr_noswap(allocate_device_memory(device, nbytes, make_device(device)));
+    storage->set_nbytes(nbytes);
+  }
+  impl->set_sizes_and_strides(meta.sizes(), meta.strides(), meta.storage_offset());
+}
+
+// What a launched kernel's output must keep: a kernel that changes it (resizes an
+// out= argument, leaves it a lazy conjugate) would leave the host's tensor wrong.
+struct OutputShape {
+  const void* data;
+  c10::SmallVector<int64_t, 5> sizes;
+  c10::SmallVector<int64_t, 5> strides;
+  int64_t offset;
+  bool conj;
+  bool neg;
+
+  static OutputShape of(const at::Tensor& tensor) {
+    return OutputShape{
+        tensor.storage().data(), c10::SmallVector<int64_t, 5>(tensor.sizes().begin(), tensor.sizes().end()),
+        c10::SmallVector<int64_t, 5>(tensor.strides().begin(), tensor.strides().end()), tensor.storage_offset(),
+        tensor.is_conj(), tensor.is_neg()};
+  }
+
+  bool operator==(const OutputShape& other) const {
+    return data == other.data && sizes == other.sizes && strides == other.strides && offset == other.offset &&
+        conj == other.conj && neg == other.neg;
+  }
+};
+
+} // namespace
+
+OperatorFacts::Launch plan_launch(const c10::FunctionSchema& schema, const OperatorFacts& facts) {
+  OperatorFacts::Launch plan;
+  if (!starts_with(schema.name(), "aten::") || changes_metadata(schema.name())) {
+    return plan;
+  }
+  for (size_t i = 0; i < schema.arguments().size(); ++i) {
+    const c10::Argument& argument = schema.arguments()[i];
+    if (facts.optional_generator[i] || argument.type()->kind() == c10::TypeKind::GeneratorType ||
+        (facts.written[i] && !is_plain_tensor(argument))) {
+      return plan;
+    }
+  }
+  bool all_written = true;
+  bool all_fresh = !schema.returns().empty();
+  for (size_t i = 0; i < schema.returns().size(); ++i) {
+    const c10::Argument& result = schema.returns()[i];
+    if (!is_plain_tensor(result)) {
+      return plan;
+    }
+    all_written = all_written && facts.written_argument_of_result[i] >= 0;
+    all_fresh = all_fresh && result.alias_info() == nullptr;
+  }
+  bool writes = false;
+  for (bool written : facts.written) {
+    writes = writes || written;
+  }
+  const c10::KernelFunction* meta = meta_kernel(schema.operator_name());
+  if (meta == nullptr) {
+    return plan;
+  }
+  if (all_written && writes) {
+    std::optional<c10::OperatorHandle> self = c10::Dispatcher::singleton().findOp(schema.operator_name());
+    if (!self.has_value() || !self->hasKernelForDispatchKey(c10::DispatchKey::CPU)) {
+      return plan;
+    }
+    plan.cpu_op = self;
+  } else if (all_fresh && !writes && !out_overload_differs(schema.name())) {
+    plan.cpu_op = out_overload(schema);
+    if (!plan.cpu_op.has_value()) {
+      return plan;
+    }
+    plan.fresh_outputs = schema.returns().size();
+  } else {
+    return plan;
+  }
+  plan.meta = meta;
+  return plan;
+}
+
+bool launch_op(const c10::OperatorHandle& op, const OperatorFacts& facts, torch::jit::Stack* stack) {
+  const OperatorFacts::Launch& plan = facts.launch;
+  if (plan.meta == nullptr) {
+    return false;
+  }
+  const size_t argument_count = facts.written.size();
+  const size_t first = stack->size() - argument_count;
+  const c10::ArrayRef<c10::IValue> arguments(stack->data() + first, argument_count);
+  for (const c10::IValue& value : arguments) {
+    if (value.isTensor() && !launchable_argument(value.toTensor(), facts.accelerator_dtypes)) {
+      return false;
+    }
+    if (value.isList()) {
+      for (const c10::IValue& element : value.toListRef()) {
+        if (element.isTensor() && !launchable_argument(element.toTensor(), facts.accelerator_dtypes)) {
+          return false;
+        }
+      }
+    }
+  }
+
+  const char* name = op.schema().name().c_str();
+  c10::DeviceIndex device = -1;
+  {
+    CpuRedispatch checks(name);
+    using CpuTensors = CpuRedispatch::CpuTensors;
+    for (size_t i = 0; i < argument_count; ++i) {
+      const CpuTensors cpu = facts.written[i] ? CpuTensors::Rejected
+          : facts.index_list[i]               ? CpuTensors::Allowed
+                                              : CpuTensors::ScalarsAllowed;
+      const c10::IValue& value = arguments[i];
+      if (value.isTensor()) {
+        checks.note_tensor(value.toTensor(), cpu);
+      } else if (value.isList()) {
+        for (const c10::IValue& element : value.toListRef()) {
+          if (element.isTensor()) {
+            checks.note_tensor(element.toTensor(), cpu);
+          }
+        }
+      } else if (value.isDevice()) {
+        checks.note_device(value.toDevice());
+      }
+    }
+    device = checks.device();
+  }
+
+  MetaArguments metas;
+  torch::jit::Stack meta_stack;
+  meta_stack.reserve(argument_count);
+  for (const c10::IValue& value : arguments) {
+    meta_stack.push_back(metas.convert(value));
+  }
+  plan.meta->callBoxed(op, c10::DispatchKeySet(c10::DispatchKey::Meta), &meta_stack);
+
+  c10::SmallVector<at::Tensor, 2> fresh;
+  for (size_t i = 0; i < plan.fresh_outputs; ++i) {
+    const at::Tensor& meta = meta_stack[i].toTensor();
+    if (!meta.defined()) {
+      return false;  // an optional output (a backward's unneeded gradient)
+    }
+    at::Tensor& output =
+        fresh.emplace_back(empty_strided_tensor(meta.sizes(), meta.strides(), meta.scalar_type(), device));
+    // Some kernels leave their result a lazy conjugate (linalg_lu_solve with left=False).
+    output.unsafeGetTensorImpl()->_set_conj(meta.is_conj());
+    output.unsafeGetTensorImpl()->_set_neg(meta.is_neg());
+  }
+  for (size_t i = 0; i < argument_count; ++i) {
+    if (facts.written[i] && arguments[i].isTensor() && arguments[i].toTensor().defined()) {
+      const at::Tensor& original = arguments[i].toTensor();
+      take_geometry(original, metas.meta(original), device);
+    }
+  }
+
+  // The kernel's arguments, captured now. CPU tensors (scalars, index lists) are
+  // copied, as CUDA stages host memory at the launch.
+  LaunchAliases aliases;
+  auto launched = [&aliases](const at::Tensor& tensor) -> at::Tensor {
+    if (!tensor.defined()) {
+      return tensor;
+    }
+    return is_vdev(tensor) ? aliases.alias(tensor) : tensor.clone();
+  };
+  std::vector<c10::IValue> kernel_arguments;
+  kernel_arguments.reserve(argument_count + fresh.size());
+  for (const c10::IValue& value : arguments) {
+    if (value.isTensor()) {
+      kernel_arguments.emplace_back(launched(value.toTensor()));
+    } else if (value.isList()) {
+      c10::impl::GenericList converted(value.toList().elementType());
+      const c10::ArrayRef<c10::IValue> elements = value.toListRef();
+      converted.reserve(elements.size());
+      for (const c10::IValue& element : elements) {
+        converted.push_back(element.isTensor() ? c10::IValue(launched(element.toTensor())) : element);
+      }
+      kernel_arguments.emplace_back(std::move(converted));
+    } else if (value.isDevice() && value.toDevice().type() == kDeviceType) {
+      kernel_arguments.emplace_back(c10::Device(c10::kCPU));
+    } else {
+      kernel_arguments.push_back(value);
+    }
+  }
+  for (const at::Tensor& output : fresh) {
+    kernel_arguments.emplace_back(aliases.alias(output));
+  }
+  // The outputs as the host sized them: the kernel must write them as they are.
+  c10::SmallVector<at::Tensor, 2> outputs;
+  for (size_t i = 0; i < argument_count; ++i) {
+    if (facts.written[i] && kernel_arguments[i].isTensor() && kernel_arguments[i].toTensor().defined()) {
+      outputs.push_back(kernel_arguments[i].toTensor());
+    }
+  }
+  for (size_t i = argument_count; i < kernel_arguments.size(); ++i) {
+    outputs.push_back(kernel_arguments[i].toTensor());
+  }
+  std::vector<OutputShape> shapes;
+  shapes.reserve(outputs.size());
+  for (const at::Tensor& output : outputs) {
+    shapes.push_back(OutputShape::of(output));
+  }
+
+  // Re-runnable: each run redispatches a copy of the arguments (a captured graph
+  // replays its kernels).
+  launch(
+      current_stream(device), name,
+      [cpu_op = *plan.cpu_op, kernel_arguments = std::move(kernel_arguments), outputs = std::move(outputs),
+       shapes = std::move(shapes), name, device]() {
+        profiler::ActivityScope activity(profiler::ActivityKind::kKernel, name, device);
+        torch::jit::Stack kernel_stack(kernel_arguments);
+        cpu_op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &kernel_stack);
+        for (size_t i = 0; i < outputs.size(); ++i) {
+          TORCH_CHECK(
+              OutputShape::of(outputs[i]) == shapes[i], "the CPU kernel changed the shape, memory or math bits ",
+              "of an output its meta kernel sized (", kBackendName, " cannot launch this op)");
+        }
+      });
+
+  c10::SmallVector<c10::IValue, 2> results;
+  if (plan.fresh_outputs > 0) {
+    for (at::Tensor& output : fresh) {
+      results.emplace_back(std::move(output));
+    }
+  } else {
+    for (int written_argument : facts.written_argument_of_result) {
+      results.push_back(arguments[written_argument]);
+    }
+  }
+  stack->erase(stack->begin() + static_cast<std::ptrdiff_t>(first), stack->end());
+  for (c10::IValue& result : results) {
+    stack->push_back(std::move(result));
+  }
+  return true;
+}
+
+} // namespace vdev
