@@ -420,6 +420,17 @@ std::optional<at::Tensor> expanded_bias(
   return bias->expand({query.size(0), query.size(2), query.size(1), key.size(1)});
 }
 
+// A sequence's bias in float32, (heads, queries, keys).
+std::optional<at::Tensor> bias_of(
+    const std::optional<at::Tensor>& full_bias,
+    const Layout& layout,
+    const Sequence& sequence) {
+  if (!full_bias.has_value()) {
+    return std::nullopt;
+  }
+  return layout.bias_part(*full_bias, sequence).to(at::kFloat);
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, c10::SymInt, c10::SymInt> efficient_attention_forward(
     const at::Tensor& query,
     const at::Tensor& key,
@@ -457,9 +468,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, c10::SymInt, c10::Sym
   const std::optional<at::Tensor> full_bias = expanded_bias(bias, query, key);
   Dropout dropout(masking);
   for (const Sequence& sequence : layout.sequences()) {
-    const std::optional<at::Tensor> sequence_bias = full_bias.has_value()
-        ? std::optional<at::Tensor>(layout.bias_part(*full_bias, sequence).to(at::kFloat))
-        : std::nullopt;
+    const std::optional<at::Tensor> sequence_bias = bias_of(full_bias, layout, sequence);
     const auto [attended, row_logsumexp] = attend(
         heads_first(layout.part(laid_out(query, layout), sequence, true), heads),
         heads_first(layout.part(laid_out(key, layout), sequence, false), heads),
@@ -512,9 +521,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> efficient_attention_b
       : at::Tensor();
   Dropout dropout(masking);
   for (const Sequence& sequence : layout.sequences()) {
-    const std::optional<at::Tensor> sequence_bias = full_bias.has_value()
-        ? std::optional<at::Tensor>(layout.bias_part(*full_bias, sequence).to(at::kFloat))
-        : std::nullopt;
+    const std::optional<at::Tensor> sequence_bias = bias_of(full_bias, layout, sequence);
     const Gradients grads = attend_backward(
         heads_first(layout.part(laid_out(grad_out, layout), sequence, true), heads),
         heads_first(layout.part(laid_out(query, layout), sequence, true), heads),
