@@ -20,8 +20,8 @@ import sys
 import warnings
 
 os.environ["VDEV_ACCELERATOR_DTYPES"] = "0"  # discover from what the CPU kernels take
-# A kernel that rejects a dtype must raise at the call, where the mode looks for a wider
-# one: launched kernels would raise at the next synchronization instead.
+# Kernels run at their launch, so an op the CPU kernel refuses raises at its call
+# (queued, its error would surface at a later synchronization, under another op).
 os.environ["VDEV_LAUNCH_BLOCKING"] = "1"
 
 import torch  # noqa: E402
