@@ -377,13 +377,37 @@ def test_nested_views_made_while_work_is_queued_keep_their_metadata():
         assert_close(got.cpu(), component.t())
 
 
+def test_a_calling_thread_kernel_takes_a_block_another_thread_freed_once_its_work_ran():
+    # The kernel waited for its stream before it started; another thread then queues work
+    # on that stream and frees its output while the work is queued. The kernel's output
+    # may take that block: it is written only once the queued work wrote it.
+    x = torch.arange(N, dtype=torch.float32, device="vdev")
+    torch.vdev.synchronize()
+
+    def queue_and_free():
+        torch.vdev._sleep(BUSY_MS)  # the default stream, as the kernel's
+        queued = x * 2
+        del queued
+
+    def sin(cpu_x):
+        thread = threading.Thread(target=queue_and_free)
+        thread.start()
+        thread.join()
+        return torch.sin(cpu_x)  # its output comes from the device's memory
+
+    with torch_vdev.kernels({torch.ops.aten.sin.default: sin}):
+        result = x.sin()
+    assert_close(result.cpu(), torch.arange(N, dtype=torch.float32).sin())
+
+
 @pytest.mark.parametrize(
     "grow",
     [
-        lambda y: y.resize_(2 * N),  # c10 copies the storage into a larger block
+        lambda y: y.resize_(2 * N),  # ATen copies the storage into a larger block
+        lambda y: y.set_(y.untyped_storage().resize_(8 * N)),  # the same for the storage
         lambda y: torch._lazy_clone(y).add_(0),  # the write materializes the clone's copy
     ],
-    ids=["resize_", "lazy_clone"],
+    ids=["resize_", "storage_resize_", "lazy_clone"],
 )
 def test_storage_copies_on_the_host_wait_for_queued_work(grow):
     x = _device_ones()

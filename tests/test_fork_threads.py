@@ -204,6 +204,8 @@ def _mixed_ops(device, other_device, side_stream):
             return a.cumsum(0)
         with torch.vdev.stream(side_stream):
             result = a.to(on).cumsum(0)
+        # As on CUDA: the current stream reads the result only after the side stream made it.
+        torch.vdev.current_stream().wait_stream(side_stream)
         result.record_stream(torch.vdev.current_stream())
         return result
 

@@ -2,12 +2,14 @@
 // TensorImpls; resizing reallocates through the storage's (vdev) allocator.
 #include "aten/Tensor.h"
 #include "runtime/Allocator.h"
-#include "runtime/HostAccess.h"
+#include "runtime/StorageResize.h"
 
 #include <ATen/InferSize.h>
 #include <ATen/TensorUtils.h>
 #include <ATen/native/Resize.h>
 #include <torch/library.h>
+
+#include <algorithm>
 
 #include <ATen/ops/_conj_native.h>
 #include <ATen/ops/_neg_view_native.h>
@@ -46,13 +48,14 @@ at::Tensor reshape_alias(const at::Tensor& self, c10::IntArrayRef size, c10::Int
 
 const at::Tensor& resize(
     const at::Tensor& self, c10::IntArrayRef size, std::optional<c10::MemoryFormat> memory_format) {
-  // Growing a storage copies its old contents into a fresh block on the host (ATen's
-  // resize_bytes_cpu): the work queued on the stream, which may still write the old
-  // block or read the one the new block was before it was freed, must be complete.
-  const size_t needed =
-      at::detail::computeStorageNbytesContiguous(size, self.dtype().itemsize(), self.storage_offset());
-  if (self.has_storage() && self.storage().nbytes() > 0 && needed > self.storage().nbytes()) {
-    synchronize_for_host_op(self.device().index(), "aten::resize_");
+  // A storage that must grow grows here, waiting for queued work (ATen's resize_ would
+  // copy it on the host at once). Negative sizes are left to ATen's error.
+  if (self.has_storage() && std::all_of(size.begin(), size.end(), [](int64_t extent) { return extent >= 0; })) {
+    const size_t needed =
+        at::detail::computeStorageNbytesContiguous(size, self.dtype().itemsize(), self.storage_offset());
+    if (needed > self.storage().nbytes()) {
+      resize_storage_bytes(self.storage().unsafeGetStorageImpl(), needed);
+    }
   }
   return at::native::resize_(self, size, memory_format);
 }

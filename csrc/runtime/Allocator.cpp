@@ -230,7 +230,9 @@ class Pools {
       : capacity_(device_count() > 0 ? runtime_memory_info(0).second : 0),
         devices_(std::max<c10::DeviceIndex>(device_count(), 1)) {}
 
-  c10::DataPtr allocate(c10::DeviceIndex device, size_t nbytes, c10::Device reported) {
+  // `host_written`: for a kernel running on the calling thread, which writes the block
+  // at once (see RouteCpuAllocationsTo).
+  c10::DataPtr allocate(c10::DeviceIndex device, size_t nbytes, c10::Device reported, bool host_written = false) {
     check_device_index(device);
     lazy_init();
     if (nbytes == 0) {
@@ -249,6 +251,7 @@ class Pools {
     reclaim_pending(pool, /*all=*/false);
     Block* block = private_pool != nullptr ? take_from_private_pool(*private_pool, size)
                                            : take_cached(pool, stream, size);
+    const bool reused = block != nullptr;
     if (block == nullptr) {
       void* ptr = allocate_segment(device, stream, pool, size, nbytes, lock);
       block = blocks_.emplace(ptr, std::make_unique<Block>(Block{ptr, size, nbytes, device, stream, true, {}}))
@@ -275,7 +278,15 @@ class Pools {
       pool.stats.oversize_allocations.increase(1);
     }
     observe(pool.stats, profiler::MemoryAction::kAlloc, device, block->ptr, size, stream);
-    return c10::DataPtr(block->ptr, block->ptr, &free_device_block, reported);
+    c10::DataPtr data(block->ptr, block->ptr, &free_device_block, reported);
+    if (host_written && reused) {
+      // The block's earlier users are ordered before later work on its stream, not before
+      // the host: another thread may have freed it while its kernels were still queued,
+      // after this thread last waited for the stream. The host writes it once they ran.
+      lock.unlock();
+      synchronize_current_stream(device);
+    }
+    return data;
   }
 
   // A block freed with recorded streams stays active (not allocated, not reusable)
@@ -685,7 +696,7 @@ class RoutingCpuAllocator final : public c10::Allocator {
 
   c10::DataPtr allocate(size_t nbytes) override {
     if (tls_route_device >= 0) {
-      return pools().allocate(tls_route_device, nbytes, c10::Device(c10::kCPU));
+      return pools().allocate(tls_route_device, nbytes, c10::Device(c10::kCPU), /*host_written=*/true);
     }
     return base_->allocate(nbytes);
   }
@@ -723,7 +734,8 @@ class CpuViewAllocator final : public c10::Allocator {
   explicit CpuViewAllocator(c10::DeviceIndex device) : device_(device) {}
 
   c10::DataPtr allocate(size_t nbytes) override {
-    return pools().allocate(device_, nbytes, c10::Device(c10::kCPU));
+    // A kernel on the calling thread resizing an alias writes the memory at once.
+    return pools().allocate(device_, nbytes, c10::Device(c10::kCPU), /*host_written=*/tls_route_device >= 0);
   }
 
   c10::DeleterFnPtr raw_deleter() const override {
