@@ -484,3 +484,28 @@ def test_a_queued_copy_refuses_a_source_that_does_not_broadcast_at_the_call(sour
     assert destination.sum().item() == 0
     destination.copy_(torch.ones(1, device="vdev"))  # broadcasting still works
     assert destination.sum().item() == 2
+
+
+@pytest.mark.parametrize(
+    "update",
+    [
+        lambda w: w.add_(1),
+        lambda w: torch._foreach_add_([w], 1),
+        lambda w: torch.add(w, 1, out=w),
+    ],
+    ids=["in_place", "foreach", "out"],
+)
+def test_a_launched_write_bumps_the_version_once_at_the_launch(update):
+    # The host bumps a written tensor's version when it launches the op; the kernel
+    # running later must not bump it again, or autograd would find a tensor it saved
+    # after the launch changed (a training step without a sync between steps).
+    weight = torch.ones(4, 4, device="vdev", requires_grad=True)
+    torch.vdev._sleep(BUSY_MS)
+    with torch.no_grad():
+        update(weight)  # queued behind the sleep
+    version = weight._version
+    loss = (torch.ones(2, 4, device="vdev") @ weight.t()).sum()  # saves weight
+    torch.vdev.synchronize()  # the update runs
+    assert weight._version == version
+    loss.backward()
+    assert torch.equal(weight.grad.cpu(), torch.full((4, 4), 2.0))
