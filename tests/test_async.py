@@ -484,3 +484,34 @@ def test_a_queued_copy_refuses_a_source_that_does_not_broadcast_at_the_call(sour
     assert destination.sum().item() == 0
     destination.copy_(torch.ones(1, device="vdev"))  # broadcasting still works
     assert destination.sum().item() == 2
+
+
+def test_launched_kernels_leave_version_counters_to_the_host():
+    # index_add's out= kernel copies `self` into the output with a nested copy_: run
+    # later on the stream, that must not bump the output's version after autograd
+    # saved it (the host counted the op's writes at the launch).
+    base = torch.zeros(4, 3, device="vdev")
+    source = torch.ones(2, 3, device="vdev")
+    index = torch.tensor([0, 2], device="vdev")
+    torch.vdev._sleep(BUSY_MS)
+    added = torch.index_add(base, 0, index, source)
+    written = torch.zeros(4, 3, device="vdev")
+    written.add_(1)
+    versions = (added._version, written._version)
+    torch.vdev.synchronize()
+    assert (added._version, written._version) == versions
+    assert added.sum().item() == 6
+
+
+def test_moe_training_step_with_a_lagging_stream_matches_cpu():
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+    from models import moe_step
+
+    device_step, cpu_step = moe_step("vdev", tokens=64, hidden=16), moe_step("cpu", tokens=64, hidden=16)
+    for _ in range(4):
+        torch.vdev._sleep(20)  # the host runs ahead of the stream
+        device_loss, cpu_loss = device_step(), cpu_step()
+    assert_close(device_loss.cpu(), cpu_loss, rtol=1e-5, atol=1e-6)

@@ -142,17 +142,26 @@ at::Tensor empty_strided_tensor(
 
 at::Tensor LaunchAliases::alias(const at::Tensor& tensor) {
   const c10::StorageImpl* device_storage = tensor.storage().unsafeGetStorageImpl();
-  for (const auto& [shown, alias_storage] : storages_) {
+  c10::Storage alias_storage;
+  for (const auto& [shown, shown_by] : storages_) {
     if (shown == device_storage) {
-      return cpu_alias_over(tensor, alias_storage);
+      alias_storage = shown_by;
     }
   }
-  c10::Storage alias_storage(c10::make_intrusive<c10::StorageImpl>(
-      c10::StorageImpl::use_byte_size_t(), device_storage->nbytes(),
-      c10::DataPtr(const_cast<void*>(device_storage->data()), c10::Device(c10::kCPU)),
-      /*allocator=*/nullptr, /*resizable=*/false));
-  storages_.emplace_back(device_storage, alias_storage);
-  return cpu_alias_over(tensor, std::move(alias_storage));
+  if (!alias_storage) {
+    alias_storage = c10::Storage(c10::make_intrusive<c10::StorageImpl>(
+        c10::StorageImpl::use_byte_size_t(), device_storage->nbytes(),
+        c10::DataPtr(const_cast<void*>(device_storage->data()), c10::Device(c10::kCPU)),
+        /*allocator=*/nullptr, /*resizable=*/false));
+    storages_.emplace_back(device_storage, alias_storage);
+  }
+  at::Tensor alias = cpu_alias_over(tensor, std::move(alias_storage));
+  // A version counter of its own: the host counts the op's writes when it launches
+  // it, and a kernel running later must not change what autograd checks meanwhile.
+  if (!tensor.is_inference()) {
+    alias.unsafeGetTensorImpl()->set_version_counter(c10::VariableVersion(0));
+  }
+  return alias;
 }
 
 namespace {
