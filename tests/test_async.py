@@ -515,3 +515,13 @@ def test_moe_training_step_with_a_lagging_stream_matches_cpu():
         torch.vdev._sleep(20)  # the host runs ahead of the stream
         device_loss, cpu_loss = device_step(), cpu_step()
     assert_close(device_loss.cpu(), cpu_loss, rtol=1e-5, atol=1e-6)
+
+
+def test_meta_kernel_table_is_current():
+    import pathlib
+    import subprocess
+    import sys
+
+    generator = pathlib.Path(__file__).resolve().parents[1] / "csrc" / "aten" / "generate_meta_kernels.py"
+    result = subprocess.run([sys.executable, str(generator), "--check"], capture_output=True, text=True)
+    assert result.returncode == 0, "csrc/aten/MetaKernels.inc is stale: run " + str(generator)
