@@ -203,6 +203,29 @@ def test_traced_convolutions_have_the_layout_vdevs_kernel_returns(input_format, 
     assert traced == run(x.to(VDEV), weight.to(VDEV)) == run(x, weight)
 
 
+def test_convolution_graphs_get_the_cpus_layouts():
+    # vdev's convolutions run the CPU's (mkldnn) kernels: Inductor plans vdev
+    # convolution graphs as the CPU's, channels-last, with the same buffers.
+    import re
+
+    from torch._inductor.utils import run_and_get_code
+
+    def fn(x, weight, bias):
+        return F.conv2d(F.conv2d(x, weight, bias, padding=1).relu(), weight, bias, padding=1).sum((2, 3))
+
+    # A training graph of small convolutions: Inductor's heuristic for other devices
+    # keeps it contiguous.
+    inputs = torch.randn(2, 4, 8, 8), torch.randn(4, 4, 3, 3), torch.randn(4)
+    layouts = {}
+    for device in ("cpu", VDEV):
+        x, weight, bias = [t.to(device).requires_grad_() for t in inputs]
+        result, codes = run_and_get_code(torch.compile(fn), x, weight, bias)
+        _assert_close(result, fn(*inputs), rtol=1e-4, atol=1e-4)
+        layouts[device] = re.findall(r"empty_strided_\w+\((\(.*?\)), (\(.*?\)), torch\.\w+", "".join(codes))
+    assert ("(2, 4, 8, 8)", "(256, 1, 32, 4)") in layouts["cpu"]  # channels-last
+    assert layouts[VDEV] == layouts["cpu"]
+
+
 def test_dynamic_shapes():
     def fn(x):
         return (x * x.sum(-1, keepdim=True)).softmax(-1)
@@ -279,12 +302,12 @@ def test_compiled_dropout_draws_like_compiled_cpu():
     _assert_close(grads["cpu"], kept * 6.0)
 
 
-def test_reduce_overhead_warns_that_vdev_has_no_graphs():
+def test_reduce_overhead_warns_that_it_does_not_use_vdev_graphs_yet():
     def fn(x):
         return x.tan() * 5 + x
 
     x = torch.randn(16, device=VDEV)
-    with pytest.warns(UserWarning, match=r"vdev has no graph capture.*max-autotune-no-cudagraphs"):
+    with pytest.warns(UserWarning, match=r"does not use vdev graphs yet.*max-autotune-no-cudagraphs"):
         result = torch.compile(fn, mode="reduce-overhead")(x)
     assert result.device.type == VDEV
     _assert_close(result, fn(x.cpu()))

@@ -15,10 +15,9 @@ namespace vdev {
 // `op_name`. The kernel must own what it uses (the host goes on meanwhile) but device
 // memory, which, as on CUDA, it does not keep alive: the caching allocator orders a
 // freed block's reuse after the work queued on its stream (record_stream for others).
-// It may run more than once (a captured graph replays it), so it must not consume
-// its captures.
-// Every launch goes through here: the point where a capturing stream would record
-// the kernel instead of queueing it.
+// Every launch goes through here. On a stream capturing a graph the kernel is
+// recorded instead (csrc/graphs/): it then runs once per replay, and is destroyed
+// with the graph, so what it owns lives as long as the graph.
 //
 // Work that runs on the calling thread instead (ops that read or write device memory
 // from the host) first waits for the current stream of its device

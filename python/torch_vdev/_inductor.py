@@ -80,9 +80,10 @@ def _warn_if_graphs_requested() -> None:
 
     if config.triton.cudagraphs:
         warnings.warn(
-            f"{BACKEND_NAME} has no graph capture yet: torch.compile(mode='reduce-overhead') "
-            f"(CUDA graphs) runs this graph's compiled {BACKEND_NAME} code without graphs. Use "
-            "mode='default' or mode='max-autotune-no-cudagraphs' on vdev.",
+            f"torch.compile(mode='reduce-overhead') does not use {BACKEND_NAME} graphs yet "
+            f"(compiled {BACKEND_NAME} kernels run on the calling thread, which a graph capture "
+            f"refuses): this graph's compiled code runs without graphs. Use mode='default' or "
+            "mode='max-autotune-no-cudagraphs' on vdev.",
             stacklevel=2,
         )
 
@@ -239,10 +240,13 @@ def _treat_vdev_as_cpp_device() -> None:
     - ``is_cpu`` of scheduler nodes: the scheduler skips the loop reordering and
       reindexing the C++ code generator does not support;
     - ``ir.is_cpu``: the thresholds for realizing large pointwise expressions;
+    - the devices whose convolutions run through mkldnn, for which the layout
+      optimization makes convolution graphs channels-last (vdev's convolutions run
+      the CPU's kernels, mkldnn's);
 
     and one step whose result is wrong on vdev otherwise (below).
     """
-    from torch._inductor import config, ir, scheduler, utils
+    from torch._inductor import config, graph, ir, scheduler, utils
     from torch._inductor.codegen import common
     from torch._inductor.kernel import mm_common
 
@@ -267,6 +271,7 @@ def _treat_vdev_as_cpp_device() -> None:
 
     ir.is_cpu = is_cpu_or_vdev_ir
     scheduler.BaseSchedulerNode.is_cpu = is_cpu_or_vdev_node
+    graph.SUPPORTED_MKLDNN_DEVICES = (*graph.SUPPORTED_MKLDNN_DEVICES, BACKEND_NAME)
 
     # The C++ code generator holds kernels back to group them, and the scheduler emits
     # them before an extern call only when the call has a device: an extern call without
