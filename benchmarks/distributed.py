@@ -2,7 +2,7 @@
 
     python benchmarks/distributed.py                 # the table (about 2 minutes)
     python benchmarks/distributed.py --quick         # fewer rounds (about 40 s)
-    python benchmarks/distributed.py --instructions  # + instruction counts (valgrind, ~5 min)
+    python benchmarks/distributed.py --instructions  # + instruction counts (callgrind; +13 min at load 11)
 
 Both processes join one "cpu:gloo,vdev:vccl" group, so each case runs the same
 collective on CPU tensors (gloo) and on vdev tensors (vccl, gloo over aliases of

@@ -327,14 +327,14 @@ class CollectiveTests:
 
     def test_collectives_wait_for_pending_kernels(self):
         """Kernels still queued on the current stream when a collective is called (a
-        sleep, a copy queued behind it): the collective communicates what they write.
-        After Work.wait(), work queued on the current stream sees the result."""
+        sleep, an in-place op and a copy queued behind it): the collective communicates
+        what they write. After Work.wait(), work queued on the current stream sees the
+        result."""
         total = sum(2.0 * (r + 1) for r in range(self.world_size))
-        tensor = torch.zeros(4, device=self.device)
-        doubled = torch.full((4,), 2.0 * (self.rank + 1), device=self.device)
+        tensor = torch.full((4,), float(self.rank + 1), device=self.device)
         torch.vdev._sleep(200)
-        tensor.copy_(doubled)
-        self.assertFalse(torch.vdev.current_stream().query())  # the copy is still queued
+        tensor.mul_(2)
+        self.assertFalse(torch.vdev.current_stream().query())  # mul_ is still queued
         dist.all_reduce(tensor)
         torch.testing.assert_close(tensor.cpu(), torch.full((4,), total))
 
@@ -359,6 +359,30 @@ class CollectiveTests:
         backend = dist.group.WORLD._get_backend(self.device)
         self.assertEqual(backend.name(), VCCL)
         backend.monitored_barrier(datetime.timedelta(seconds=30), wait_all_ranks=True)
+
+    def test_mismatched_sizes_and_dtypes(self):
+        # gloo, like NCCL, does not compare collectives across ranks (gloo aborts the
+        # process on a size mismatch); as for NCCL, TORCH_DISTRIBUTED_DEBUG=DETAIL makes
+        # PyTorch check each collective's shapes and dtypes across ranks first, in the
+        # groups created while it is set.
+        previous = dist.get_debug_level()
+        dist.set_debug_level(dist.DebugLevel.DETAIL)
+        try:
+            checked = dist.new_group(backend=VCCL)
+        finally:
+            dist.set_debug_level(previous)
+        mismatched = [
+            torch.ones(4 + 4 * self.rank, device=self.device),
+            torch.ones(4, device=self.device, dtype=torch.float32 if self.rank == 0 else torch.float64),
+        ]
+        for tensor in mismatched:
+            with self.assertRaisesRegex(RuntimeError, "Detected mismatch between collectives on ranks"):
+                dist.all_reduce(tensor, group=checked)
+        # The check ran before the collective: the group still works.
+        tensor = torch.ones(3, device=self.device)
+        dist.all_reduce(tensor, group=checked)
+        torch.testing.assert_close(tensor.cpu(), torch.full((3,), float(self.world_size)))
+        dist.destroy_process_group(checked)
 
     def test_new_group(self):
         members = [0, self.world_size - 1]
@@ -628,22 +652,14 @@ class TestFaults(FreshProcessesTest):
             self.summed()
         self.assertLess(time.monotonic() - start, 6)
 
-    def test_mismatched_sizes_and_dtypes(self):
-        # gloo, like NCCL, does not compare collectives across ranks (gloo aborts the
-        # process on a size mismatch); as for NCCL, TORCH_DISTRIBUTED_DEBUG=DETAIL makes
-        # PyTorch check each collective's shapes and dtypes across ranks first.
-        dist.set_debug_level(dist.DebugLevel.DETAIL)
-        self.init(VCCL)
-        mismatched = [
-            torch.ones(4 + 4 * self.rank, device=self.device),
-            torch.ones(4, device=self.device, dtype=torch.float32 if self.rank == 0 else torch.float64),
-        ]
-        for tensor in mismatched:
-            with self.assertRaisesRegex(RuntimeError, "Detected mismatch between collectives on ranks"):
-                dist.all_reduce(tensor)
-        # The check ran before the collective: the group still works.
-        torch.testing.assert_close(self.summed().cpu(), torch.full((3,), 3.0))
-        dist.destroy_process_group()
+
+# A rank that finished may still abort at exit, in gloo on CPU tensors too (seen in ~1
+# of 6 CPU runs of the example on a loaded machine): DDP keeps the process group alive
+# after destroy_process_group, so gloo's worker threads outlive the interpreter, and a
+# worker that drops its last all_reduce of a backward late destroys the work's
+# ThreadLocalState, whose Python object (the context autograd stashes for backward)
+# needs the GIL of an interpreter that is shutting down: std::terminate.
+EXIT_ABORT = "terminate called without an active exception"
 
 
 def test_torchrun_example_trains_as_on_cpu():
@@ -652,9 +668,12 @@ def test_torchrun_example_trains_as_on_cpu():
     script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "train_ddp.py")
 
     def run(*args):
-        process = subprocess.run(
-            [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", script, "--steps", "4", *args],
-            capture_output=True, text=True, timeout=300)
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                   script, "--steps", "4", *args]
+        for _ in range(3):  # PyTorch's race at exit (EXIT_ABORT), after training: again
+            process = subprocess.run(command, capture_output=True, text=True, timeout=300)
+            if not (process.returncode != 0 and "final loss" in process.stdout and EXIT_ABORT in process.stderr):
+                break
         assert process.returncode == 0, process.stdout + process.stderr
         return process
 

@@ -102,11 +102,14 @@ def test_hogwild_training_updates_the_parents_model():
     model.load_state_dict(reference.state_dict())
     model = model.to(DEVICE)
     model.share_memory()
-    for seed in range(2):  # one process after the other: the result is deterministic
-        process = context.Process(target=train_steps, args=(model, seed, 3))
-        process.start()
-        process.join(timeout=120)
-        assert process.exitcode == 0
+    # The child trains the shared parameters, then the parent goes on training them:
+    # one process after the other, so the result is deterministic.
+    process = context.Process(target=train_steps, args=(model, 0, 3))
+    process.start()
+    process.join(timeout=120)
+    assert process.exitcode == 0
+    train_steps(model, 1, 3)
+    for seed in range(2):
         train_steps(reference, seed, 3)
     for actual, expected in zip(model.parameters(), reference.parameters()):
         torch.testing.assert_close(actual.detach().cpu(), expected.detach())

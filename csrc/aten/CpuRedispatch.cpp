@@ -315,7 +315,12 @@ at::Tensor CpuRedispatch::to_device(const at::Tensor& cpu) {
         to_device(cpu._values()), cpu.options().device(make_device(device_)), cpu.is_coalesced());
   }
   if (cpu.is_nested()) {
-    return nested_over(to_device(whole_storage(cpu)), *at::native::get_nested_tensor_impl(cpu));
+    // Its sizes, strides and offsets were allocated while the kernel ran, from device
+    // memory: they become ordinary CPU tensors, as CUDA's nested tensors hold.
+    const at::native::NestedTensorImpl& nested = *at::native::get_nested_tensor_impl(cpu);
+    return at::detail::make_tensor<at::native::NestedTensorImpl>(
+        to_device(whole_storage(cpu)), nested.get_nested_sizes().clone(), nested.get_nested_strides().clone(),
+        nested.get_storage_offsets().clone());
   }
   if (at::sparse_csr::is_sparse_compressed(cpu)) {
     return at::_sparse_compressed_tensor_unsafe(

@@ -13,6 +13,7 @@
 #include <ATen/EmptyTensor.h>
 #include <c10/core/StorageImpl.h>
 
+#include <exception>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -106,6 +107,10 @@ at::Tensor meta_like(const at::Tensor& tensor, c10::Storage storage) {
   impl->set_sizes_and_strides(tensor.sizes(), tensor.strides(), tensor.storage_offset());
   impl->_set_conj(tensor.is_conj());
   impl->_set_neg(tensor.is_neg());
+  // A Python number passed as a tensor promotes like a scalar.
+  if (tensor.unsafeGetTensorImpl()->is_wrapped_number()) {
+    impl->set_wrapped_number(true);
+  }
   return meta;
 }
 
@@ -326,7 +331,13 @@ bool launch_op(const c10::OperatorHandle& op, const OperatorFacts& facts, torch:
   for (const c10::IValue& value : arguments) {
     meta_stack.push_back(metas.convert(value));
   }
-  plan.meta->callBoxed(op, c10::DispatchKeySet(c10::DispatchKey::Meta), &meta_stack);
+  try {
+    plan.meta->callBoxed(op, c10::DispatchKeySet(c10::DispatchKey::Meta), &meta_stack);
+  } catch (const std::exception&) {
+    // Invalid arguments, or sizes that depend on data after all (indexing with a bool
+    // mask calls nonzero): the CPU kernel, on the calling thread, raises or decides.
+    return false;
+  }
 
   c10::SmallVector<at::Tensor, 2> fresh;
   for (size_t i = 0; i < plan.fresh_outputs; ++i) {
@@ -354,7 +365,14 @@ bool launch_op(const c10::OperatorHandle& op, const OperatorFacts& facts, torch:
     if (!tensor.defined()) {
       return tensor;
     }
-    return is_vdev(tensor) ? aliases.alias(tensor) : tensor.clone();
+    if (is_vdev(tensor)) {
+      return aliases.alias(tensor);
+    }
+    at::Tensor copy = tensor.clone();
+    if (tensor.unsafeGetTensorImpl()->is_wrapped_number()) {
+      copy.unsafeGetTensorImpl()->set_wrapped_number(true);
+    }
+    return copy;
   };
   std::vector<c10::IValue> kernel_arguments;
   kernel_arguments.reserve(argument_count + fresh.size());

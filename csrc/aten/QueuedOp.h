@@ -8,8 +8,7 @@ namespace vdev {
 
 // Launching an aten op on a stream, as CUDA launches its kernels:
 //  - on the host: device discovery and checks, then the op on meta tensors (ATen's C++
-//    meta kernel) for its output sizes - raising shape and dtype errors at the call, as
-//    CUDA does; fresh outputs are allocated from the caching allocator on the current
+//    meta kernel) for its output sizes; fresh outputs are allocated from the caching allocator on the current
 //    stream, out= arguments resized as the meta kernel says;
 //  - on the stream's worker: ATen's CPU kernel on CPU aliases made at the launch
 //    (LaunchAliases), writing the preallocated outputs: the op itself when it writes
@@ -22,8 +21,10 @@ OperatorFacts::Launch plan_launch(const c10::FunctionSchema& schema, const Opera
 
 // Launches `op` with the arguments on `stack` on its device's current stream and
 // leaves its results on the stack. Returns false, the stack untouched, when this call
-// runs on the calling thread instead: the op has no launch plan, or an argument is
-// sparse, nested or of an accelerator dtype its CPU kernel computes in a wider one.
+// runs on the calling thread instead: the op has no launch plan, an argument is
+// sparse, nested or of an accelerator dtype its CPU kernel computes in a wider one, or
+// the meta kernel raised (the CPU kernel then raises the error itself, or sizes a
+// result that depends on data, as indexing with a bool mask does).
 bool launch_op(const c10::OperatorHandle& op, const OperatorFacts& facts, torch::jit::Stack* stack);
 
 } // namespace vdev

@@ -5,6 +5,7 @@
 #include "aten/Fallback.h"
 #include "aten/SharedMemory.h"
 #include "aten/Tensor.h"
+#include "graphs/Graph.h"
 #include "python/Distributed.h"
 #include "python/Inductor.h"
 #include "python/MemorySnapshot.h"
@@ -114,6 +115,13 @@ PYBIND11_MODULE(_C, m) {
   });
   // torch.cuda._sleep's counterpart: a kernel that keeps the current stream busy, so
   // tests can observe work still queued.
+  // Graphs: torch.accelerator.Graph is vdev::Graph (csrc/graphs/); these serve
+  // torch.vdev's mirror of torch.cuda's graph API.
+  m.def("_graph_pool_handle", [] { return vdev::graph_pool_handle(); });
+  m.def("_is_current_stream_capturing", [] {
+    vdev::lazy_init();
+    return vdev::is_stream_capturing(vdev::current_stream(vdev::current_device()));
+  });
   m.def("_sleep", [](double milliseconds) {
     vdev::lazy_init();
     const c10::DeviceIndex device = vdev::current_device();

@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <sstream>
@@ -68,6 +69,8 @@ void observe(
   }
 }
 
+struct PrivatePool;
+
 struct Block {
   void* ptr;
   size_t size;
@@ -83,6 +86,20 @@ struct Block {
   size_t streams_to_pass = 0;
   // At least max_split_size_mb when allocated (counted in the oversize statistics).
   bool oversize = false;
+  // The graph pool the block belongs to (null: the device's shared caches).
+  PrivatePool* pool = nullptr;
+};
+
+// A graph's private memory pool (as CUDA graphs'): the allocations made on a stream
+// while it captures come from it, so replays write the same memory; its free blocks
+// are reused only by allocations into the pool (the captures sharing it), and its
+// memory returns to the runtime once no graph uses the pool.
+struct PrivatePool {
+  // Graphs using the pool (captured into it, not yet reset).
+  int graphs = 0;
+  // Its blocks, in use or free.
+  size_t blocks = 0;
+  ska::flat_hash_map<size_t, std::vector<Block*>> free_blocks;
 };
 
 void update(StatArray& stats, bool small, int64_t delta) {
@@ -183,7 +200,15 @@ struct DevicePool {
   // A block is reusable once the host has observed each of its streams past its point.
   std::unordered_map<c10::Stream, std::deque<std::pair<uint64_t, Block*>>> pending;
   DeviceStats stats;
+  std::map<c10::MempoolId_t, PrivatePool> private_pools;
+  // Captures under way on the device's streams, by capture id, and the pools they
+  // allocate from.
+  std::vector<std::pair<unsigned long long, PrivatePool*>> capture_routes;
 };
+
+// Whether any capture routes allocations to a private pool: the allocation path asks
+// the runtime for its stream's capture only then.
+std::atomic<int> capture_routes_under_way{0};
 
 class Pools {
  public:
@@ -201,14 +226,24 @@ class Pools {
     const size_t size = round_block_size(nbytes);
     const bool small = size < kSmallPoolLimit;
     const c10::StreamId stream = current_stream_id(device);
+    const unsigned long long capture =
+        C10_UNLIKELY(capture_routes_under_way.load(std::memory_order_acquire) != 0)
+        ? stream_capture_id(device, stream)
+        : 0;
     std::unique_lock<SpinLock> lock(lock_);
     DevicePool& pool = devices_[device];
+    PrivatePool* private_pool = capture != 0 ? capture_pool(pool, capture) : nullptr;
     reclaim_pending(pool, /*all=*/false);
-    Block* block = take_cached(pool, stream, size);
+    Block* block = private_pool != nullptr ? take_from_private_pool(*private_pool, size)
+                                           : take_cached(pool, stream, size);
     if (block == nullptr) {
       void* ptr = allocate_segment(device, stream, pool, size, nbytes, lock);
       block = blocks_.emplace(ptr, std::make_unique<Block>(Block{ptr, size, nbytes, device, stream, true, {}}))
                   .first->second.get();
+      if (private_pool != nullptr) {
+        block->pool = private_pool;
+        private_pool->blocks += 1;
+      }
       if (!small && is_oversize(size)) {
         block->oversize = true;
         pool.stats.oversize_segments.increase(1);
@@ -234,7 +269,7 @@ class Pools {
   // until those streams pass the point of the free, as CUDA's does until its events
   // complete.
   void release(void* ptr) {
-    std::lock_guard<SpinLock> lock(lock_);
+    std::unique_lock<SpinLock> lock(lock_);
     auto it = blocks_.find(ptr);
     TORCH_INTERNAL_ASSERT(it != blocks_.end() && it->second->in_use, "vdev: freeing unknown pointer");
     Block& block = *it->second;
@@ -250,6 +285,19 @@ class Pools {
     observe(
         pool.stats, profiler::MemoryAction::kFreeRequested, block.device, block.ptr, block.size,
         block.stream);
+    if (block.pool != nullptr) {
+      // Graphs' replays order the pool's reuse: recorded streams do not delay it.
+      block.recorded_streams.clear();
+      if (block.pool->graphs > 0) {
+        cache_in_private_pool(pool, block);
+        return;
+      }
+      std::vector<void*> segments;
+      release_private_block(pool, block, segments);
+      lock.unlock();
+      free_segments(segments);
+      return;
+    }
     if (block.recorded_streams.empty()) {
       cache_block(pool, block);
       return;
@@ -349,8 +397,109 @@ class Pools {
     return states;
   }
 
+  // Allocations on the streams of capture `capture` (on `device`) come from `pool_id`,
+  // which the capturing graph uses from now on.
+  void begin_allocate_to_pool(
+      c10::DeviceIndex device, c10::MempoolId_t pool_id, unsigned long long capture) {
+    std::lock_guard<SpinLock> lock(lock_);
+    DevicePool& pool = devices_[device];
+    PrivatePool& private_pool = pool.private_pools[pool_id];
+    private_pool.graphs += 1;
+    pool.capture_routes.emplace_back(capture, &private_pool);
+    capture_routes_under_way.fetch_add(1, std::memory_order_release);
+  }
+
+  void end_allocate_to_pool(c10::DeviceIndex device, unsigned long long capture) {
+    std::lock_guard<SpinLock> lock(lock_);
+    auto& routes = devices_[device].capture_routes;
+    auto it = std::find_if(routes.begin(), routes.end(), [capture](const auto& route) {
+      return route.first == capture;
+    });
+    TORCH_INTERNAL_ASSERT(it != routes.end(), "vdev: no allocations were routed for capture ", capture);
+    routes.erase(it);
+    capture_routes_under_way.fetch_sub(1, std::memory_order_release);
+  }
+
+  // A graph stops using `pool_id`; the last one returns its free blocks to the runtime
+  // (blocks still in use follow when freed).
+  void release_pool(c10::DeviceIndex device, c10::MempoolId_t pool_id) {
+    std::vector<void*> segments;
+    {
+      std::lock_guard<SpinLock> lock(lock_);
+      DevicePool& pool = devices_[device];
+      auto it = pool.private_pools.find(pool_id);
+      TORCH_INTERNAL_ASSERT(it != pool.private_pools.end() && it->second.graphs > 0);
+      PrivatePool& private_pool = it->second;
+      if (--private_pool.graphs > 0) {
+        return;
+      }
+      std::vector<Block*> free_blocks;
+      for (auto& [size, blocks] : private_pool.free_blocks) {
+        free_blocks.insert(free_blocks.end(), blocks.begin(), blocks.end());
+      }
+      private_pool.free_blocks.clear();
+      for (Block* block : free_blocks) {
+        // Cached blocks count as inactive: made active again to leave as a freed one.
+        const bool small = block->size < kSmallPoolLimit;
+        update(pool.stats.active, small, 1);
+        update(pool.stats.active_bytes, small, static_cast<int64_t>(block->size));
+        release_private_block(pool, *block, segments);
+      }
+    }
+    free_segments(segments);
+  }
+
 
  private:
+  static PrivatePool* capture_pool(DevicePool& pool, unsigned long long capture) {
+    for (const auto& [id, private_pool] : pool.capture_routes) {
+      if (id == capture) {
+        return private_pool;
+      }
+    }
+    return nullptr;
+  }
+
+  static Block* take_from_private_pool(PrivatePool& private_pool, size_t size) {
+    auto it = private_pool.free_blocks.find(size);
+    if (it == private_pool.free_blocks.end() || it->second.empty()) {
+      return nullptr;
+    }
+    Block* block = it->second.back();
+    it->second.pop_back();
+    return block;
+  }
+
+  static void cache_in_private_pool(DevicePool& pool, Block& block) {
+    const bool small = block.size < kSmallPoolLimit;
+    update(pool.stats.active, small, -1);
+    update(pool.stats.active_bytes, small, -static_cast<int64_t>(block.size));
+    block.pool->free_blocks[block.size].push_back(&block);
+    observe(
+        pool.stats, profiler::MemoryAction::kFreeCompleted, block.device, block.ptr, block.size,
+        block.stream);
+  }
+
+  // Returns a freed (active, not allocated) block of a pool no graph uses to the
+  // runtime, and the pool once it holds no blocks.
+  void release_private_block(DevicePool& pool, Block& block, std::vector<void*>& segments) {
+    const bool small = block.size < kSmallPoolLimit;
+    update(pool.stats.active, small, -1);
+    update(pool.stats.active_bytes, small, -static_cast<int64_t>(block.size));
+    observe(
+        pool.stats, profiler::MemoryAction::kFreeCompleted, block.device, block.ptr, block.size,
+        block.stream);
+    PrivatePool* private_pool = block.pool;
+    release_segment(pool, block, segments);
+    if (--private_pool->blocks == 0 && private_pool->graphs == 0) {
+      for (auto it = pool.private_pools.begin(); it != pool.private_pools.end(); ++it) {
+        if (&it->second == private_pool) {
+          pool.private_pools.erase(it);
+          break;
+        }
+      }
+    }
+  }
   static StreamCache& stream_cache(DevicePool& pool, c10::StreamId stream) {
     for (StreamCache& cache : pool.cached) {
       if (cache.stream == stream) {
@@ -464,24 +613,32 @@ class Pools {
           Block* block = blocks.back();
           blocks.pop_back();
           pool.cached_blocks -= 1;
-          const c10::DeviceIndex device = block->device;
-          const bool oversize = block->oversize;
-          void* ptr = block->ptr;
-          blocks_.erase(ptr);
-          segments.push_back(ptr);
-          update(pool.stats.segment, size < kSmallPoolLimit, -1);
-          update(pool.stats.reserved_bytes, size < kSmallPoolLimit, -static_cast<int64_t>(size));
-          if (oversize) {
-            pool.stats.oversize_segments.decrease(1);
-          }
-          pool.stats.num_device_free += 1;
-          observe(pool.stats, profiler::MemoryAction::kSegmentFree, device, ptr, size, cache.stream);
+          release_segment(pool, *block, segments);
         }
       }
     }
     if (pool.cached_blocks == 0) {
       pool.cached.clear();
     }
+  }
+
+  // Forgets a block that is neither in use nor cached; its segment joins `segments`
+  // for the caller to free once it released the lock.
+  void release_segment(DevicePool& pool, Block& block, std::vector<void*>& segments) {
+    const size_t size = block.size;
+    const c10::DeviceIndex device = block.device;
+    const c10::StreamId stream = block.stream;
+    const bool oversize = block.oversize;
+    void* ptr = block.ptr;
+    blocks_.erase(ptr);  // destroys the block
+    segments.push_back(ptr);
+    update(pool.stats.segment, size < kSmallPoolLimit, -1);
+    update(pool.stats.reserved_bytes, size < kSmallPoolLimit, -static_cast<int64_t>(size));
+    if (oversize) {
+      pool.stats.oversize_segments.decrease(1);
+    }
+    pool.stats.num_device_free += 1;
+    observe(pool.stats, profiler::MemoryAction::kSegmentFree, device, ptr, size, stream);
   }
 
   const size_t capacity_;
@@ -672,6 +829,19 @@ c10::Device device_of_pointer(const void* ptr) {
 
 std::vector<BlockState> memory_blocks() {
   return pools().blocks();
+}
+
+void begin_allocate_to_pool(
+    c10::DeviceIndex device, c10::MempoolId_t pool, unsigned long long capture) {
+  pools().begin_allocate_to_pool(device, pool, capture);
+}
+
+void end_allocate_to_pool(c10::DeviceIndex device, unsigned long long capture) {
+  pools().end_allocate_to_pool(device, capture);
+}
+
+void release_pool(c10::DeviceIndex device, c10::MempoolId_t pool) {
+  pools().release_pool(device, pool);
 }
 
 size_t memory_capacity(c10::DeviceIndex device) {

@@ -75,6 +75,15 @@ struct BlockState {
 };
 VDEV_API std::vector<BlockState> memory_blocks();
 
+// Graph memory pools (as CUDA graphs'). While capture `capture` (the runtime's id)
+// is under way on `device`, allocations on its streams come from private pool `pool`,
+// whose memory the capturing graph uses until it calls release_pool. Pools are shared
+// by graphs that name the same id; a pool's free blocks serve only allocations into
+// it, and its memory returns to the runtime when its last graph releases it.
+void begin_allocate_to_pool(c10::DeviceIndex device, c10::MempoolId_t pool, unsigned long long capture);
+void end_allocate_to_pool(c10::DeviceIndex device, unsigned long long capture);
+void release_pool(c10::DeviceIndex device, c10::MempoolId_t pool);
+
 // Per-device capacity in bytes.
 VDEV_API size_t memory_capacity(c10::DeviceIndex device);
 

@@ -110,6 +110,11 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
     return query_stream(stream);
   }
 
+  bool isStreamCapturing(const c10::Stream& stream) const override {
+    lazy_init();
+    return is_stream_capturing(stream);
+  }
+
   void synchronizeStream(const c10::Stream& stream) const override {
     lazy_init();
     profiler::ActivityScope activity("vdevStreamSynchronize", stream);

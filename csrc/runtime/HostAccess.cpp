@@ -47,7 +47,7 @@ HostOpCounts& host_op_counts() {
 
 void synchronize_for_host_op(c10::DeviceIndex device, const char* op_name) {
   host_op_counts().count(op_name);
-  synchronize_current_stream(device);
+  synchronize_current_stream(device, op_name);
 }
 
 std::unordered_map<std::string, int64_t> host_op_stats() {

@@ -7,7 +7,6 @@
 #include <ATen/ThreadLocalState.h>
 
 #include <exception>
-#include <memory>
 #include <optional>
 #include <string>
 
@@ -26,8 +25,9 @@ struct Kernel {
   profiler::LaunchOrigin origin;
 };
 
+// A kernel may run many times: once per launch of a graph that recorded it.
 void run_kernel(void* data) {
-  std::unique_ptr<Kernel> kernel(static_cast<Kernel*>(data));
+  auto* kernel = static_cast<Kernel*>(data);
   try {
     at::ThreadLocalStateGuard state(kernel->launching_thread);
     std::optional<profiler::LaunchedWork> launched;
@@ -43,13 +43,20 @@ void run_kernel(void* data) {
   }
 }
 
+void destroy_kernel(void* data) {
+  delete static_cast<Kernel*>(data);
+}
+
 } // namespace
 
 void launch(const c10::Stream& stream, const char* op_name, std::function<void()> kernel) {
   auto* queued = new Kernel{
       op_name, std::move(kernel), at::ThreadLocalState(),
       profiler::recording() ? profiler::launch_origin(stream) : profiler::LaunchOrigin()};
-  check_runtime(vdrtLaunchHostFunc(runtime_stream(stream), &run_kernel, queued), op_name);
+  // The runtime owns the kernel from here (destroying it if the launch fails).
+  check_runtime(
+      vdrtLaunchHostFuncOwned(runtime_stream(stream), &run_kernel, queued, &destroy_kernel, op_name),
+      op_name);
 }
 
 } // namespace vdev

@@ -13,8 +13,9 @@ namespace vdev {
 // VDEV_LAUNCH_BLOCKING=1, once it has run, raising its error). An exception the
 // kernel throws surfaces at the stream's next synchronization as a c10::Error naming
 // `op_name`. The kernel must own what it uses: the host goes on meanwhile.
-// Every launch goes through here: the point where a capturing stream would record
-// the kernel instead of queueing it.
+// Every launch goes through here. On a stream capturing a graph the kernel is
+// recorded instead (csrc/graphs/): it then runs once per replay, and is destroyed
+// with the graph, so what it owns lives as long as the graph.
 //
 // Work that runs on the calling thread instead (ops that read or write device memory
 // from the host) first waits for the current stream of its device

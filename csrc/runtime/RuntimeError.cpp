@@ -21,4 +21,18 @@ void throw_runtime_error(vdrtError_t error, const char* call) {
       vdrtGetErrorName(error), ")", message.empty() ? "" : ": ", message);
 }
 
+bool is_capture_error(vdrtError_t error) {
+  return error >= vdrtErrorStreamCaptureUnsupported && error <= vdrtErrorCapturedEvent;
+}
+
+void throw_capture_error(vdrtError_t error, const char* op_name) {
+  std::string message = vdrtGetLastErrorMessage();
+  vdrtGetLastError();
+  TORCH_CHECK(
+      false, op_name, ": ", vdrtGetErrorString(error), " (", vdrtGetErrorName(error), "): ",
+      op_name, " runs on the calling thread after waiting for the stream's work, which a "
+      "graph capture cannot do (its result would not be replayed). Move it out of the "
+      "captured region. Details: ", message);
+}
+
 } // namespace vdev

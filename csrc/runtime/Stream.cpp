@@ -187,12 +187,32 @@ bool query_stream(const c10::Stream& stream) {
   return true;
 }
 
-void synchronize_current_stream(c10::DeviceIndex device) {
+void synchronize_current_stream(c10::DeviceIndex device, const char* op_name) {
   const c10::StreamId id = current_stream_id(device);
   StreamProgress& progress = progress_at(device, id);
   const uint64_t reached = progress.marked.load();
-  check_runtime(vdrtStreamSynchronize(runtime_stream_at(device, id)), "vdrtStreamSynchronize");
+  const vdrtError_t status = vdrtStreamSynchronize(runtime_stream_at(device, id));
+  if (C10_UNLIKELY(status != vdrtSuccess)) {
+    if (op_name != nullptr && is_capture_error(status)) {
+      throw_capture_error(status, op_name);
+    }
+    throw_runtime_error(status, "vdrtStreamSynchronize");
+  }
   raise_to(progress.observed, reached);
+}
+
+unsigned long long stream_capture_id(c10::DeviceIndex device, c10::StreamId id) {
+  vdrtStreamCaptureStatus status = vdrtStreamCaptureStatusNone;
+  unsigned long long capture = 0;
+  check_runtime(
+      vdrtStreamGetCaptureInfo(runtime_stream_at(device, id), &status, &capture),
+      "vdrtStreamGetCaptureInfo");
+  return capture;
+}
+
+bool is_stream_capturing(const c10::Stream& stream) {
+  check_stream(stream);
+  return stream_capture_id(stream.device_index(), stream.id()) != 0;
 }
 
 void synchronize_device(c10::DeviceIndex device) {

@@ -47,12 +47,20 @@ uint64_t mark_stream_point(const c10::Stream& stream);
 // True once the host observed `stream` at or after `point`.
 bool stream_passed(const c10::Stream& stream, uint64_t point);
 
+// The runtime's id of the capture stream `id` of `device` takes part in (0: none).
+unsigned long long stream_capture_id(c10::DeviceIndex device, c10::StreamId id);
+VDEV_API bool is_stream_capturing(const c10::Stream& stream);
+
 // Waiting for streams. A kernel's failure on a stream surfaces here as a c10::Error.
+// While the stream captures a graph, waiting for it is refused (as CUDA's
+// cudaErrorStreamCaptureUnsupported) and invalidates the capture.
 VDEV_API void synchronize_stream(const c10::Stream& stream);
 // True if the stream's work is complete.
 VDEV_API bool query_stream(const c10::Stream& stream);
-// synchronize_stream(current_stream(device)) for the device of an existing tensor.
-VDEV_API void synchronize_current_stream(c10::DeviceIndex device);
+// synchronize_stream(current_stream(device)) for the device of an existing tensor:
+// what an op that runs on the calling thread calls first. `op_name` names the op in
+// the error raised if the stream is capturing a graph.
+VDEV_API void synchronize_current_stream(c10::DeviceIndex device, const char* op_name = nullptr);
 VDEV_API void synchronize_device(c10::DeviceIndex device);
 
 // Events (c10's void* event handles). Recording one queues a marker on the stream; it

@@ -80,9 +80,10 @@ def _warn_if_graphs_requested() -> None:
 
     if config.triton.cudagraphs:
         warnings.warn(
-            f"{BACKEND_NAME} has no graph capture yet: torch.compile(mode='reduce-overhead') "
-            f"(CUDA graphs) runs this graph's compiled {BACKEND_NAME} code without graphs. Use "
-            "mode='default' or mode='max-autotune-no-cudagraphs' on vdev.",
+            f"torch.compile(mode='reduce-overhead') does not use {BACKEND_NAME} graphs yet "
+            f"(compiled {BACKEND_NAME} kernels run on the calling thread, which a graph capture "
+            f"refuses): this graph's compiled code runs without graphs. Use mode='default' or "
+            "mode='max-autotune-no-cudagraphs' on vdev.",
             stacklevel=2,
         )
 

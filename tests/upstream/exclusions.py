@@ -41,6 +41,10 @@ TEST_EXCLUSIONS = {
         "test_grad_scaling_state_dict": "expects the scale to be a CPU torch.FloatTensor for any non-CUDA device; on CUDA it checks torch.cuda.FloatTensor",
         "test_grad_scaler_deprecated_warning": "builds torch.cpu.amp.GradScaler for any non-CUDA device and expects its warning to name torch.<device>.amp",
     },
+    "TestBinaryUfuncs": {
+        "test_type_promotion__refs_copysign": "passes a CPU scalar tensor as divisor, which _refs.copysign's own device check refuses for any non-CPU dividend, CUDA's too",
+        "test_fmod_remainder_by_zero_integral": "expects CUDA's undefined-behaviour bit patterns for integer fmod/remainder by zero on any device but CPU and ROCm; vdev raises ZeroDivisionError as CPU does",
+    },
     "TestAsArray": {
         "test_*_from_numpy": "@onlyCPU: aliases a NumPy array, which only CPU memory can back",
         "test_*_from_buffer": "@onlyCPU: aliases a Python buffer, which only CPU memory can back",

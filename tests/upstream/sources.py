@@ -37,9 +37,15 @@ SOURCES = {
     "test_type_promotion.py": Source("maggiemoss/pytorch", "4b78f85938a63c12719f266324b57ffe9f3b7581", 59994),
     "test_torch.py": Source("maggiemoss/pytorch", "4b78f85938a63c12719f266324b57ffe9f3b7581", 496100),
     "test_tensor_creation_ops.py": Source("maggiemoss/pytorch", "4b78f85938a63c12719f266324b57ffe9f3b7581", 215487),
+    "test_binary_ufuncs.py": Source("pytorch/pytorch", "2c6c86ba286f20cdfcc8863b86ec2735f5d9c172", 183228),
+    "test_reductions.py": Source("pytorch/pytorch", "20d26decd96326b8777d0bd8b591e593a2e7b758", 173074),
 }
 
 SHIMS = {
+    "test_binary_ufuncs.py": [
+        Shim("import torch.testing._internal.common_methods_invocations as m; m.binary_ufuncs_and_refs = m.binary_ufuncs",
+             "PyTorch 2.13 folded binary_ufuncs_and_refs into binary_ufuncs (which now holds the _refs too); the copy imports the old name"),
+    ],
     "test_sort_and_select.py": [
         Shim("import numpy; numpy.msort = lambda a: numpy.sort(a, axis=0)",
              "NumPy 2 removed msort, which test_msort takes as its reference (np.sort(a, axis=0) is its definition)"),

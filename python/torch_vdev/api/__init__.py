@@ -32,6 +32,13 @@ from .random import (
     set_rng_state,
     set_rng_state_all,
 )
+from .graphs import (
+    VDEVGraph,
+    graph,
+    graph_pool_handle,
+    is_current_stream_capturing,
+    make_graphed_callables,
+)
 from .streams import (
     Event,
     Stream,
@@ -73,6 +80,7 @@ __all__ = [
     "Event",
     "Stream",
     "StreamContext",
+    "VDEVGraph",
     "backend_meta",
     "amp",
     "current_device",
@@ -89,12 +97,16 @@ __all__ = [
     "get_device_properties",
     "get_rng_state",
     "get_rng_state_all",
+    "graph",
+    "graph_pool_handle",
     "host_memory_stats",
     "init",
     "initial_seed",
     "is_available",
     "is_bf16_supported",
+    "is_current_stream_capturing",
     "is_initialized",
+    "make_graphed_callables",
     "manual_seed",
     "manual_seed_all",
     "max_memory_allocated",

@@ -39,6 +39,17 @@ typedef enum vdrtError {
   vdrtErrorInvalidResourceHandle = 7,/* an event that was never recorded */
   vdrtErrorTimingDisabled = 8,       /* elapsed time of an event created without timing */
   vdrtErrorWouldDeadlock = 9,        /* a stream's own work waiting for that stream */
+  /* Stream capture (see "graphs" below); the names and meanings are CUDA's. */
+  vdrtErrorStreamCaptureUnsupported = 10, /* not permitted while the stream is capturing */
+  vdrtErrorStreamCaptureInvalidated = 11, /* the capture failed at an earlier operation */
+  vdrtErrorStreamCaptureMerge = 12,       /* it would merge two separate captures */
+  vdrtErrorStreamCaptureUnmatched = 13,   /* ending a capture on a stream that did not begin it */
+  vdrtErrorStreamCaptureUnjoined = 14,    /* a forked stream was not joined back before the end */
+  vdrtErrorStreamCaptureIsolation = 15,   /* a dependency on work outside the capture */
+  vdrtErrorStreamCaptureImplicit = 16,    /* work on another stream while a capture forbids it */
+  vdrtErrorStreamCaptureWrongThread = 17, /* ending a global/thread-local capture from another thread */
+  vdrtErrorCapturedEvent = 18,            /* querying or waiting for an event recorded in a capture */
+  vdrtErrorIllegalState = 19,             /* beginning a capture on a capturing stream */
 } vdrtError_t;
 
 /* The error's name ("vdrtErrorNotReady") and a one-line description. */
@@ -132,6 +143,13 @@ typedef void (*vdrtHostFn)(void* user_data);
  * queued before it, and the call returns at once (with VDEV_LAUNCH_BLOCKING=1, once
  * fn has run; its failure is then returned as vdrtErrorLaunchFailure). */
 vdrtError_t vdrtLaunchHostFunc(vdrtStream_t stream, vdrtHostFn fn, void* user_data);
+/* As vdrtLaunchHostFunc, and the runtime owns `user_data`: it calls destroy(user_data)
+ * once the work can no longer run (after it ran; when the graph recording it is
+ * destroyed; at once if the launch fails). `name` (a string that outlives the work, or
+ * NULL) names the work in graph dumps. A launch on a capturing stream is recorded, so
+ * `fn` may run many times (once per graph launch). */
+vdrtError_t vdrtLaunchHostFuncOwned(
+    vdrtStream_t stream, vdrtHostFn fn, void* user_data, vdrtHostFn destroy, const char* name);
 /* Called by a running host function: marks its launch failed with `message`. The
  * failure surfaces at the stream's next synchronization; later work still runs. Returns
  * vdrtErrorInvalidValue outside a host function. */
@@ -173,6 +191,65 @@ vdrtError_t vdrtEventElapsedTime(float* milliseconds, vdrtEvent_t start, vdrtEve
 /* Work queued on `stream` after this call waits for the event's last record (made
  * before this call) to complete. A never-recorded event is no wait. */
 vdrtError_t vdrtStreamWaitEvent(vdrtStream_t stream, vdrtEvent_t event);
+
+/* ---- graphs: stream capture ----
+ *
+ * As CUDA's stream capture: between vdrtStreamBeginCapture and vdrtStreamEndCapture,
+ * work launched on the stream (host functions, async copies and memsets, graph
+ * launches) is recorded into a graph instead of queued. An event recorded on a
+ * capturing stream and waited for by another stream makes that stream join the
+ * capture (fork); its work must be joined back to the origin stream (the origin waits
+ * for an event recorded on it) before the capture ends. vdrtGraphInstantiate makes an
+ * executable graph; vdrtGraphLaunch queues one run of all its recorded work, in an
+ * order that respects the captured dependencies, as one item of the stream's work.
+ *
+ * Operations that would wait for or observe captured work return
+ * vdrtErrorStreamCaptureUnsupported (synchronizing or querying a capturing stream,
+ * synchronizing its device, synchronous copies and memsets on the device) or
+ * vdrtErrorCapturedEvent (querying or synchronizing an event recorded in a capture).
+ * The capture mode decides which other operations are forbidden while a capture is
+ * under way: with Global, work launched on or synchronizing a stream that is not
+ * capturing, from any thread, while the capture runs; with ThreadLocal, the same from
+ * the capturing thread only; with Relaxed, nothing more. Such an operation returns
+ * vdrtErrorStreamCaptureImplicit. Any of these errors invalidates the captures
+ * concerned: their later launches return vdrtErrorStreamCaptureInvalidated and their
+ * vdrtStreamEndCapture returns it too (and ends them, so the streams work again). */
+
+typedef struct vdrtGraph* vdrtGraph_t;
+typedef struct vdrtGraphExec* vdrtGraphExec_t;
+
+typedef enum vdrtStreamCaptureMode {
+  vdrtStreamCaptureModeGlobal = 0,
+  vdrtStreamCaptureModeThreadLocal = 1,
+  vdrtStreamCaptureModeRelaxed = 2,
+} vdrtStreamCaptureMode;
+
+typedef enum vdrtStreamCaptureStatus {
+  vdrtStreamCaptureStatusNone = 0,
+  vdrtStreamCaptureStatusActive = 1,
+  vdrtStreamCaptureStatusInvalidated = 2,
+} vdrtStreamCaptureStatus;
+
+vdrtError_t vdrtStreamBeginCapture(vdrtStream_t stream, vdrtStreamCaptureMode mode);
+/* Ends the capture `stream` began; *graph receives the recorded graph (NULL on error). */
+vdrtError_t vdrtStreamEndCapture(vdrtStream_t stream, vdrtGraph_t* graph);
+/* Whether the stream takes part in a capture (began it or joined it); never an error
+ * for the capture. `id` (may be NULL) receives the capture's process-unique id (0: none). */
+vdrtError_t vdrtStreamGetCaptureInfo(
+    vdrtStream_t stream, vdrtStreamCaptureStatus* status, unsigned long long* id);
+/* The number of recorded work items. */
+vdrtError_t vdrtGraphGetNodeCount(vdrtGraph_t graph, size_t* count);
+/* Writes the graph in Graphviz DOT form: one node per recorded item (named by its
+ * launch), one edge per dependency. */
+vdrtError_t vdrtGraphDebugDotPrint(vdrtGraph_t graph, const char* path);
+/* The graph's recorded work is shared with executable graphs made from it: each of
+ * them may outlive the others. */
+vdrtError_t vdrtGraphDestroy(vdrtGraph_t graph);
+vdrtError_t vdrtGraphInstantiate(vdrtGraphExec_t* exec, vdrtGraph_t graph);
+/* Queues one run of the graph's work on `stream` (recorded, if `stream` is capturing). */
+vdrtError_t vdrtGraphLaunch(vdrtGraphExec_t exec, vdrtStream_t stream);
+/* Queued launches still run; the recorded work is destroyed after the last one. */
+vdrtError_t vdrtGraphExecDestroy(vdrtGraphExec_t exec);
 
 /* ---- launch-blocking switch ---- */
 

@@ -5,8 +5,13 @@
 // of Work items run in order by the stream's worker thread, started at its first
 // asynchronous launch. Everything a stream does (host functions, copies, memsets,
 // event records and waits) goes through submit(), the one place that decides whether
-// work is queued or, under launch blocking, run at once: the point where a capturing
-// stream would record the work instead.
+// work is queued, run at once (launch blocking) or, on a capturing stream, recorded
+// into the capture's graph.
+//
+// Captures: a Capture holds the nodes recorded so far and the streams taking part;
+// each stream and event in a capture knows the capture's frontier it stands at (the
+// nodes later work depends on). All capture state is guarded by one mutex, taken only
+// while a capture is under way (an atomic count says whether one is).
 
 #include "vdev_runtime.h"
 
@@ -20,11 +25,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_set>
 #include <vector>
 
 struct vdrtStream;
@@ -101,6 +108,8 @@ struct Config {
   }
 };
 
+struct Capture;
+
 struct Allocation {
   size_t size;
   int device;  // -1 for pinned host memory
@@ -119,6 +128,9 @@ struct EventState {
   uint64_t completed = 0;
   Clock::time_point time{};
   std::weak_ptr<vdrtStream> stream;  // of the last record
+  // Last recorded in this capture (guarded by capture_mutex), at this frontier.
+  std::shared_ptr<Capture> capture;
+  std::vector<size_t> capture_frontier;
 
   void complete(uint64_t record) {
     {
@@ -143,7 +155,111 @@ struct EventState {
 struct Work {
   vdrtHostFn fn;
   void* data;
+  // Called with `data` once the work can no longer run; null: the launcher owns it.
+  vdrtHostFn destroy = nullptr;
+  const char* name = nullptr;
 };
+
+void drop(const Work& work) {
+  if (work.destroy != nullptr) {
+    work.destroy(work.data);
+  }
+}
+
+template <class Item>
+void destroy_as(void* data) {
+  delete static_cast<Item*>(data);
+}
+
+// Work whose data is an Item owned by the runtime, run by Item::run.
+template <class Item>
+Work owned_work(Item* item, const char* name) {
+  return Work{&Item::run, item, &destroy_as<Item>, name};
+}
+
+// ---- capture state ----
+
+struct Node {
+  vdrtHostFn fn;
+  std::shared_ptr<void> data;  // destroyed with the last graph holding the node
+  const char* name;
+  std::vector<size_t> dependencies;  // indices of earlier nodes
+};
+
+// Nodes in recording order, which respects their dependencies.
+struct GraphBody {
+  std::vector<Node> nodes;
+};
+
+struct Capture {
+  Capture(unsigned long long id, vdrtStreamCaptureMode mode, vdrtStream* origin)
+      : id(id), mode(mode), thread(std::this_thread::get_id()), origin(origin) {}
+
+  const unsigned long long id;
+  const vdrtStreamCaptureMode mode;
+  const std::thread::id thread;
+  vdrtStream* const origin;
+  bool invalidated = false;
+  std::string failure;  // why it was invalidated
+  std::vector<Node> nodes;
+  std::vector<vdrtStream*> streams;  // the origin first, then the streams that joined
+  std::vector<std::weak_ptr<EventState>> events;  // recorded in the capture
+};
+
+std::mutex capture_mutex;
+std::atomic<int> captures_under_way{0};
+// Guarded by capture_mutex.
+std::vector<std::shared_ptr<Capture>> active_captures;
+unsigned long long last_capture_id = 0;
+
+const char* mode_name(vdrtStreamCaptureMode mode) {
+  switch (mode) {
+    case vdrtStreamCaptureModeGlobal: return "global";
+    case vdrtStreamCaptureModeThreadLocal: return "thread_local";
+    case vdrtStreamCaptureModeRelaxed: return "relaxed";
+  }
+  return "unknown";
+}
+
+void invalidate(Capture& capture, const std::string& why) {
+  if (!capture.invalidated) {
+    capture.invalidated = true;
+    capture.failure = why;
+  }
+}
+
+// Fails with `error` and invalidates `capture` (capture_mutex held).
+vdrtError_t refuse(Capture& capture, vdrtError_t error, const std::string& what) {
+  invalidate(capture, what);
+  return fail(error, what + "; capture " + std::to_string(capture.id) + " is invalidated");
+}
+
+// An operation outside any capture (launching on or waiting for a stream that is not
+// capturing): forbidden by each global capture, and by thread-local and global
+// captures of the calling thread. Invalidates the captures forbidding it
+// (capture_mutex held).
+vdrtError_t forbid_uncaptured(const char* function, const char* what) {
+  std::string forbidding;
+  for (const auto& capture : active_captures) {
+    const bool forbids = capture->mode == vdrtStreamCaptureModeGlobal ||
+        (capture->mode == vdrtStreamCaptureModeThreadLocal &&
+         capture->thread == std::this_thread::get_id());
+    if (forbids) {
+      invalidate(
+          *capture, std::string(function) + ": " + what + " while this capture was under way");
+      forbidding += (forbidding.empty() ? "" : ", ") + std::to_string(capture->id) + " (" +
+          mode_name(capture->mode) + " mode)";
+    }
+  }
+  if (forbidding.empty()) {
+    return vdrtSuccess;
+  }
+  return fail(
+      vdrtErrorStreamCaptureImplicit,
+      std::string(function) + ": " + what + " is not permitted while capture " + forbidding +
+          " is under way; the capture is invalidated (capture in \"relaxed\" mode, or "
+          "use the capturing stream)");
+}
 
 std::atomic<bool> launch_blocking{env_flag("VDEV_LAUNCH_BLOCKING")};
 
@@ -210,6 +326,10 @@ struct vdrtStream : std::enable_shared_from_this<vdrtStream> {
   std::string failure;
   // Held while one work item runs: the worker and launch-blocking callers take turns.
   std::mutex running;
+  // The capture the stream takes part in, and the nodes its next work depends on
+  // (guarded by capture_mutex).
+  std::shared_ptr<Capture> capture;
+  std::vector<size_t> capture_frontier;
 
   void run(const Work& work) {
     std::lock_guard<std::mutex> turn(running);
@@ -217,6 +337,7 @@ struct vdrtStream : std::enable_shared_from_this<vdrtStream> {
     tls_running_stream = this;
     tls_work_failed = false;
     work.fn(work.data);
+    drop(work);
     tls_running_stream = outer;
     if (tls_work_failed) {
       std::lock_guard<std::mutex> lock(mutex);
@@ -265,8 +386,45 @@ struct vdrtStream : std::enable_shared_from_this<vdrtStream> {
     }
   }
 
-  // The one entry point of stream work.
-  vdrtError_t submit(Work work) {
+  // Adds a node to the stream's capture (capture_mutex held).
+  vdrtError_t record(const Work& work, const char* function) {
+    Capture& active = *capture;
+    if (active.invalidated) {
+      return fail(
+          vdrtErrorStreamCaptureInvalidated,
+          std::string(function) + ": capture " + std::to_string(active.id) +
+              " was invalidated by an earlier error: " + active.failure);
+    }
+    std::shared_ptr<void> data =
+        work.destroy != nullptr ? std::shared_ptr<void>(work.data, work.destroy)
+                                : std::shared_ptr<void>(work.data, [](void*) {});
+    active.nodes.push_back(Node{work.fn, std::move(data), work.name, std::move(capture_frontier)});
+    capture_frontier = {active.nodes.size() - 1};
+    return vdrtSuccess;
+  }
+
+  // The one entry point of stream work. `launch`: work launched by the caller (host
+  // functions, copies, memsets, graphs), which a capturing stream records; event
+  // records and waits reach here only outside captures.
+  vdrtError_t submit(Work work, const char* function, bool launch = true) {
+    if (launch && captures_under_way.load(std::memory_order_acquire) != 0) {
+      vdrtError_t error = vdrtSuccess;
+      {
+        std::lock_guard<std::mutex> lock(capture_mutex);
+        if (capture != nullptr) {
+          error = record(work, function);
+          if (error == vdrtSuccess) {
+            return vdrtSuccess;
+          }
+        } else {
+          error = forbid_uncaptured(function, "launching work on a stream that is not capturing");
+        }
+      }
+      if (error != vdrtSuccess) {
+        drop(work);
+        return error;
+      }
+    }
     if (launch_blocking.load(std::memory_order_relaxed)) {
       wait_idle();
       run(work);
@@ -571,7 +729,7 @@ struct CopyWork {
   size_t count;
 
   static void run(void* data) {
-    std::unique_ptr<CopyWork> work(static_cast<CopyWork*>(data));
+    auto* work = static_cast<CopyWork*>(data);
     std::memmove(work->dst, work->src, work->count);
   }
 };
@@ -582,7 +740,7 @@ struct SetWork {
   size_t count;
 
   static void run(void* data) {
-    std::unique_ptr<SetWork> work(static_cast<SetWork*>(data));
+    auto* work = static_cast<SetWork*>(data);
     std::memset(work->ptr, work->value, work->count);
   }
 };
@@ -592,7 +750,7 @@ struct RecordWork {
   uint64_t record;
 
   static void run(void* data) {
-    std::unique_ptr<RecordWork> work(static_cast<RecordWork*>(data));
+    auto* work = static_cast<RecordWork*>(data);
     work->event->complete(work->record);
   }
 };
@@ -602,10 +760,106 @@ struct WaitWork {
   uint64_t record;
 
   static void run(void* data) {
-    std::unique_ptr<WaitWork> work(static_cast<WaitWork*>(data));
+    auto* work = static_cast<WaitWork*>(data);
     work->event->wait_for(work->record);
   }
 };
+
+// One launch of a graph: its nodes in recording order.
+struct GraphRun {
+  std::shared_ptr<const GraphBody> body;
+
+  static void run(void* data) {
+    for (const Node& node : static_cast<GraphRun*>(data)->body->nodes) {
+      node.fn(node.data.get());
+    }
+  }
+};
+
+// vdrtStreamWaitEvent while captures are under way (capture_mutex held). A stream
+// waiting for an event recorded in a capture joins that capture (or, already in it,
+// depends on the work before the record); a capturing stream may not wait for work
+// outside its capture.
+vdrtError_t wait_in_capture(vdrtStream* stream, EventState& event) {
+  const std::shared_ptr<Capture>& recorded_in = event.capture;
+  if (recorded_in == nullptr) {
+    if (stream->capture == nullptr || event.recorded == 0) {
+      return vdrtSuccess;
+    }
+    return refuse(
+        *stream->capture, vdrtErrorStreamCaptureIsolation,
+        "vdrtStreamWaitEvent: a capturing stream cannot wait for an event recorded outside "
+        "its capture (dependency created on uncaptured work in another stream)");
+  }
+  if (stream->capture == nullptr) {
+    stream->capture = recorded_in;
+    stream->capture_frontier = event.capture_frontier;
+    recorded_in->streams.push_back(stream);
+    return vdrtSuccess;
+  }
+  if (stream->capture != recorded_in) {
+    invalidate(*recorded_in, "vdrtStreamWaitEvent: merged with another capture");
+    return refuse(
+        *stream->capture, vdrtErrorStreamCaptureMerge,
+        "vdrtStreamWaitEvent: the stream's capture would merge with another capture");
+  }
+  auto& frontier = stream->capture_frontier;
+  for (size_t node : event.capture_frontier) {
+    if (std::find(frontier.begin(), frontier.end(), node) == frontier.end()) {
+      frontier.push_back(node);
+    }
+  }
+  return vdrtSuccess;
+}
+
+// Before an operation that waits for or observes `stream`'s work: refused if the
+// stream is capturing, or if a capture forbids it (see forbid_uncaptured).
+vdrtError_t check_observable(vdrtStream* stream, const char* function) {
+  if (captures_under_way.load(std::memory_order_acquire) == 0) {
+    return vdrtSuccess;
+  }
+  std::lock_guard<std::mutex> lock(capture_mutex);
+  if (stream->capture != nullptr) {
+    return refuse(
+        *stream->capture, vdrtErrorStreamCaptureUnsupported,
+        std::string(function) + ": operation not permitted when stream is capturing");
+  }
+  return forbid_uncaptured(function, "waiting for or querying a stream that is not capturing");
+}
+
+// As check_observable, for every stream of `device`.
+vdrtError_t check_device_observable(int device, const char* function) {
+  if (captures_under_way.load(std::memory_order_acquire) == 0) {
+    return vdrtSuccess;
+  }
+  std::lock_guard<std::mutex> lock(capture_mutex);
+  for (const auto& capture : active_captures) {
+    for (vdrtStream* stream : capture->streams) {
+      if (stream->device == device) {
+        return refuse(
+            *capture, vdrtErrorStreamCaptureUnsupported,
+            std::string(function) + ": operation not permitted when stream is capturing (a "
+            "stream of device " + std::to_string(device) + " is capturing)");
+      }
+    }
+  }
+  return forbid_uncaptured(function, "waiting for a device");
+}
+
+// Before querying or waiting for an event from the host.
+vdrtError_t check_event_observable(EventState& state, const char* function) {
+  if (captures_under_way.load(std::memory_order_acquire) == 0) {
+    return vdrtSuccess;
+  }
+  std::lock_guard<std::mutex> lock(capture_mutex);
+  if (state.capture != nullptr) {
+    return refuse(
+        *state.capture, vdrtErrorCapturedEvent,
+        std::string(function) +
+            ": operation not permitted on an event last recorded in a capturing stream");
+  }
+  return forbid_uncaptured(function, "waiting for or querying an event");
+}
 
 // Checks a copy's device sides; sets *device to the device whose default stream a
 // synchronous copy waits for (-1: none).
@@ -663,6 +917,16 @@ const char* vdrtGetErrorName(vdrtError_t error) {
     case vdrtErrorInvalidResourceHandle: return "vdrtErrorInvalidResourceHandle";
     case vdrtErrorTimingDisabled: return "vdrtErrorTimingDisabled";
     case vdrtErrorWouldDeadlock: return "vdrtErrorWouldDeadlock";
+    case vdrtErrorStreamCaptureUnsupported: return "vdrtErrorStreamCaptureUnsupported";
+    case vdrtErrorStreamCaptureInvalidated: return "vdrtErrorStreamCaptureInvalidated";
+    case vdrtErrorStreamCaptureMerge: return "vdrtErrorStreamCaptureMerge";
+    case vdrtErrorStreamCaptureUnmatched: return "vdrtErrorStreamCaptureUnmatched";
+    case vdrtErrorStreamCaptureUnjoined: return "vdrtErrorStreamCaptureUnjoined";
+    case vdrtErrorStreamCaptureIsolation: return "vdrtErrorStreamCaptureIsolation";
+    case vdrtErrorStreamCaptureImplicit: return "vdrtErrorStreamCaptureImplicit";
+    case vdrtErrorStreamCaptureWrongThread: return "vdrtErrorStreamCaptureWrongThread";
+    case vdrtErrorCapturedEvent: return "vdrtErrorCapturedEvent";
+    case vdrtErrorIllegalState: return "vdrtErrorIllegalState";
   }
   return "vdrtErrorUnknown";
 }
@@ -679,6 +943,16 @@ const char* vdrtGetErrorString(vdrtError_t error) {
     case vdrtErrorInvalidResourceHandle: return "invalid resource handle";
     case vdrtErrorTimingDisabled: return "event created without timing";
     case vdrtErrorWouldDeadlock: return "operation would deadlock";
+    case vdrtErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+    case vdrtErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
+    case vdrtErrorStreamCaptureMerge: return "operation would result in a merge of separate capture sequences";
+    case vdrtErrorStreamCaptureUnmatched: return "capture was not ended in the same stream as it began";
+    case vdrtErrorStreamCaptureUnjoined: return "capturing stream has unjoined work";
+    case vdrtErrorStreamCaptureIsolation: return "dependency created on uncaptured work in another stream";
+    case vdrtErrorStreamCaptureImplicit: return "operation not permitted on a stream that is not capturing while a capture is under way";
+    case vdrtErrorStreamCaptureWrongThread: return "attempt to terminate a thread-local capture sequence from another thread";
+    case vdrtErrorCapturedEvent: return "operation not permitted on an event last recorded in a capturing stream";
+    case vdrtErrorIllegalState: return "the stream is already capturing";
   }
   return "unknown error";
 }
@@ -734,6 +1008,9 @@ vdrtError_t vdrtGetDeviceProperties(vdrtDeviceProp* prop, int device) {
 
 vdrtError_t vdrtDeviceSynchronize(int device) {
   if (vdrtError_t error = runtime().check_device(device, "vdrtDeviceSynchronize")) {
+    return error;
+  }
+  if (vdrtError_t error = check_device_observable(device, "vdrtDeviceSynchronize")) {
     return error;
   }
   return runtime().synchronize_device(device, /*take_failures=*/true);
@@ -848,6 +1125,9 @@ vdrtError_t vdrtStreamCreate(int device, vdrtStream_t* stream, int priority) {
 
 vdrtError_t vdrtStreamDestroy(vdrtStream_t stream) {
   VDRT_CHECK_STREAM(stream, "vdrtStreamDestroy");
+  if (vdrtError_t error = check_observable(stream, "vdrtStreamDestroy")) {
+    return error;
+  }
   return runtime().destroy_stream(stream);
 }
 
@@ -871,11 +1151,17 @@ vdrtError_t vdrtStreamGetDevice(vdrtStream_t stream, int* device) {
 
 vdrtError_t vdrtStreamQuery(vdrtStream_t stream) {
   VDRT_CHECK_STREAM(stream, "vdrtStreamQuery");
+  if (vdrtError_t error = check_observable(stream, "vdrtStreamQuery")) {
+    return error;
+  }
   return stream->idle() ? vdrtSuccess : vdrtErrorNotReady;
 }
 
 vdrtError_t vdrtStreamSynchronize(vdrtStream_t stream) {
   VDRT_CHECK_STREAM(stream, "vdrtStreamSynchronize");
+  if (vdrtError_t error = check_observable(stream, "vdrtStreamSynchronize")) {
+    return error;
+  }
   return stream->synchronize();
 }
 
@@ -884,7 +1170,18 @@ vdrtError_t vdrtLaunchHostFunc(vdrtStream_t stream, vdrtHostFn fn, void* user_da
   if (fn == nullptr) {
     return invalid("vdrtLaunchHostFunc", "null function");
   }
-  return stream->submit(Work{fn, user_data});
+  return stream->submit(Work{fn, user_data}, "vdrtLaunchHostFunc");
+}
+
+vdrtError_t vdrtLaunchHostFuncOwned(
+    vdrtStream_t stream, vdrtHostFn fn, void* user_data, vdrtHostFn destroy, const char* name) {
+  const Work work{fn, user_data, destroy, name};
+  if (stream == nullptr || stream->magic != vdrtStream::kMagic || fn == nullptr) {
+    drop(work);
+    VDRT_CHECK_STREAM(stream, "vdrtLaunchHostFuncOwned");
+    return invalid("vdrtLaunchHostFuncOwned", "null function");
+  }
+  return stream->submit(work, "vdrtLaunchHostFuncOwned");
 }
 
 vdrtError_t vdrtReportLaunchFailure(const char* message) {
@@ -905,6 +1202,9 @@ vdrtError_t vdrtMemcpy(void* dst, const void* src, size_t count, vdrtMemcpyKind 
   }
   if (device >= 0) {
     vdrtStream* stream = runtime().default_stream(device);
+    if (vdrtError_t error = check_device_observable(device, "vdrtMemcpy")) {
+      return error;
+    }
     if (vdrtError_t error = stream->synchronize()) {
       return error;
     }
@@ -925,7 +1225,7 @@ vdrtError_t vdrtMemcpyAsync(
   if (count == 0) {
     return vdrtSuccess;
   }
-  return stream->submit(Work{&CopyWork::run, new CopyWork{dst, src, count}});
+  return stream->submit(owned_work(new CopyWork{dst, src, count}, "memcpy"), "vdrtMemcpyAsync");
 }
 
 vdrtError_t vdrtMemset(void* ptr, int value, size_t count) {
@@ -934,6 +1234,9 @@ vdrtError_t vdrtMemset(void* ptr, int value, size_t count) {
     return invalid("vdrtMemset", "the range is not inside device memory");
   }
   if (device >= 0) {
+    if (vdrtError_t error = check_device_observable(device, "vdrtMemset")) {
+      return error;
+    }
     if (vdrtError_t error = runtime().default_stream(device)->synchronize()) {
       return error;
     }
@@ -951,7 +1254,7 @@ vdrtError_t vdrtMemsetAsync(void* ptr, int value, size_t count, vdrtStream_t str
   if (!runtime().in_device_memory(ptr, count, &device)) {
     return invalid("vdrtMemsetAsync", "the range is not inside device memory");
   }
-  return stream->submit(Work{&SetWork::run, new SetWork{ptr, value, count}});
+  return stream->submit(owned_work(new SetWork{ptr, value, count}, "memset"), "vdrtMemsetAsync");
 }
 
 vdrtError_t vdrtEventCreate(vdrtEvent_t* event, unsigned flags) {
@@ -978,18 +1281,40 @@ vdrtError_t vdrtEventRecord(vdrtEvent_t event, vdrtStream_t stream) {
     return invalid("vdrtEventRecord", "null event");
   }
   VDRT_CHECK_STREAM(stream, "vdrtEventRecord");
+  if (captures_under_way.load(std::memory_order_acquire) != 0) {
+    std::lock_guard<std::mutex> lock(capture_mutex);
+    event->state->capture = stream->capture;
+    if (stream->capture != nullptr) {
+      // A point of the capture, for streams that wait for it to join (fork) or to
+      // depend on the work before it (join).
+      if (stream->capture->invalidated) {
+        return fail(
+            vdrtErrorStreamCaptureInvalidated,
+            "vdrtEventRecord: capture " + std::to_string(stream->capture->id) +
+                " was invalidated by an earlier error: " + stream->capture->failure);
+      }
+      event->state->capture_frontier = stream->capture_frontier;
+      stream->capture->events.push_back(event->state);
+      return vdrtSuccess;
+    }
+  }
   uint64_t record = 0;
   {
     std::lock_guard<std::mutex> lock(event->state->mutex);
     record = ++event->state->recorded;
     event->state->stream = stream->weak_from_this();
   }
-  return stream->submit(Work{&RecordWork::run, new RecordWork{event->state, record}});
+  return stream->submit(
+      owned_work(new RecordWork{event->state, record}, "event record"), "vdrtEventRecord",
+      /*launch=*/false);
 }
 
 vdrtError_t vdrtEventQuery(vdrtEvent_t event) {
   if (event == nullptr) {
     return invalid("vdrtEventQuery", "null event");
+  }
+  if (vdrtError_t error = check_event_observable(*event->state, "vdrtEventQuery")) {
+    return error;
   }
   std::lock_guard<std::mutex> lock(event->state->mutex);
   return event->state->completed >= event->state->recorded ? vdrtSuccess : vdrtErrorNotReady;
@@ -998,6 +1323,9 @@ vdrtError_t vdrtEventQuery(vdrtEvent_t event) {
 vdrtError_t vdrtEventSynchronize(vdrtEvent_t event) {
   if (event == nullptr) {
     return invalid("vdrtEventSynchronize", "null event");
+  }
+  if (vdrtError_t error = check_event_observable(*event->state, "vdrtEventSynchronize")) {
+    return error;
   }
   EventState& state = *event->state;
   uint64_t record = 0;
@@ -1060,6 +1388,15 @@ vdrtError_t vdrtStreamWaitEvent(vdrtStream_t stream, vdrtEvent_t event) {
     return invalid("vdrtStreamWaitEvent", "null event");
   }
   VDRT_CHECK_STREAM(stream, "vdrtStreamWaitEvent");
+  if (captures_under_way.load(std::memory_order_acquire) != 0) {
+    std::lock_guard<std::mutex> lock(capture_mutex);
+    if (vdrtError_t error = wait_in_capture(stream, *event->state)) {
+      return error;
+    }
+    if (stream->capture != nullptr || event->state->capture != nullptr) {
+      return vdrtSuccess;  // a dependency inside the capture
+    }
+  }
   uint64_t record = 0;
   {
     std::lock_guard<std::mutex> lock(event->state->mutex);
@@ -1068,7 +1405,198 @@ vdrtError_t vdrtStreamWaitEvent(vdrtStream_t stream, vdrtEvent_t event) {
   if (record == 0) {
     return vdrtSuccess;
   }
-  return stream->submit(Work{&WaitWork::run, new WaitWork{event->state, record}});
+  return stream->submit(
+      owned_work(new WaitWork{event->state, record}, "event wait"), "vdrtStreamWaitEvent",
+      /*launch=*/false);
+}
+
+struct vdrtGraph {
+  std::shared_ptr<const GraphBody> body;
+};
+
+struct vdrtGraphExec {
+  std::shared_ptr<const GraphBody> body;
+};
+
+vdrtError_t vdrtStreamBeginCapture(vdrtStream_t stream, vdrtStreamCaptureMode mode) {
+  VDRT_CHECK_STREAM(stream, "vdrtStreamBeginCapture");
+  if (mode != vdrtStreamCaptureModeGlobal && mode != vdrtStreamCaptureModeThreadLocal &&
+      mode != vdrtStreamCaptureModeRelaxed) {
+    return invalid("vdrtStreamBeginCapture", "unknown capture mode");
+  }
+  std::lock_guard<std::mutex> lock(capture_mutex);
+  if (stream->capture != nullptr) {
+    return fail(
+        vdrtErrorIllegalState,
+        "vdrtStreamBeginCapture: the stream is already capturing (capture " +
+            std::to_string(stream->capture->id) + ")");
+  }
+  auto capture = std::make_shared<Capture>(++last_capture_id, mode, stream);
+  capture->streams.push_back(stream);
+  stream->capture = capture;
+  stream->capture_frontier.clear();
+  active_captures.push_back(std::move(capture));
+  captures_under_way.fetch_add(1, std::memory_order_release);
+  return vdrtSuccess;
+}
+
+vdrtError_t vdrtStreamEndCapture(vdrtStream_t stream, vdrtGraph_t* graph) {
+  VDRT_CHECK_STREAM(stream, "vdrtStreamEndCapture");
+  if (graph == nullptr) {
+    return invalid("vdrtStreamEndCapture", "null pointer");
+  }
+  *graph = nullptr;
+  std::shared_ptr<Capture> capture;
+  std::vector<Node> nodes;  // destroyed after the lock is released
+  std::string unjoined;
+  {
+    std::lock_guard<std::mutex> lock(capture_mutex);
+    capture = stream->capture;
+    if (capture == nullptr || capture->origin != stream) {
+      return fail(
+          vdrtErrorStreamCaptureUnmatched,
+          capture == nullptr ? "vdrtStreamEndCapture: the stream is not capturing"
+                             : "vdrtStreamEndCapture: the capture was not begun on this stream "
+                               "(end it on the stream that began it)");
+    }
+    if (capture->mode != vdrtStreamCaptureModeRelaxed &&
+        capture->thread != std::this_thread::get_id()) {
+      return fail(
+          vdrtErrorStreamCaptureWrongThread,
+          std::string("vdrtStreamEndCapture: a capture in ") + mode_name(capture->mode) +
+              " mode must be ended by the thread that began it");
+    }
+    // Every node a joined stream stands at must be an ancestor of the origin's frontier.
+    std::vector<bool> joined(capture->nodes.size(), false);
+    std::vector<size_t> pending = stream->capture_frontier;
+    while (!pending.empty()) {
+      const size_t node = pending.back();
+      pending.pop_back();
+      if (!joined[node]) {
+        joined[node] = true;
+        const auto& dependencies = capture->nodes[node].dependencies;
+        pending.insert(pending.end(), dependencies.begin(), dependencies.end());
+      }
+    }
+    for (vdrtStream* member : capture->streams) {
+      for (size_t node : member->capture_frontier) {
+        if (!joined[node] && unjoined.empty()) {
+          unjoined = "vdrtStreamEndCapture: work captured on a forked stream (" +
+              std::string(capture->nodes[node].name != nullptr ? capture->nodes[node].name
+                                                               : "host function") +
+              ") was not joined back to the capturing stream (make it wait for an event "
+              "recorded on the forked stream)";
+        }
+      }
+      member->capture.reset();
+      member->capture_frontier.clear();
+    }
+    for (const auto& weak_event : capture->events) {
+      if (auto event = weak_event.lock(); event != nullptr && event->capture == capture) {
+        event->capture.reset();
+        event->capture_frontier.clear();
+      }
+    }
+    active_captures.erase(std::find(active_captures.begin(), active_captures.end(), capture));
+    captures_under_way.fetch_sub(1, std::memory_order_release);
+    nodes = std::move(capture->nodes);
+  }
+  if (capture->invalidated) {
+    return fail(
+        vdrtErrorStreamCaptureInvalidated,
+        "vdrtStreamEndCapture: capture " + std::to_string(capture->id) +
+            " was invalidated by an earlier error: " + capture->failure);
+  }
+  if (!unjoined.empty()) {
+    return fail(vdrtErrorStreamCaptureUnjoined, unjoined);
+  }
+  *graph = new vdrtGraph{std::make_shared<const GraphBody>(GraphBody{std::move(nodes)})};
+  return vdrtSuccess;
+}
+
+vdrtError_t vdrtStreamGetCaptureInfo(
+    vdrtStream_t stream, vdrtStreamCaptureStatus* status, unsigned long long* id) {
+  VDRT_CHECK_STREAM(stream, "vdrtStreamGetCaptureInfo");
+  if (status == nullptr) {
+    return invalid("vdrtStreamGetCaptureInfo", "null pointer");
+  }
+  *status = vdrtStreamCaptureStatusNone;
+  if (id != nullptr) {
+    *id = 0;
+  }
+  if (captures_under_way.load(std::memory_order_acquire) == 0) {
+    return vdrtSuccess;
+  }
+  std::lock_guard<std::mutex> lock(capture_mutex);
+  if (stream->capture != nullptr) {
+    *status = stream->capture->invalidated ? vdrtStreamCaptureStatusInvalidated
+                                           : vdrtStreamCaptureStatusActive;
+    if (id != nullptr) {
+      *id = stream->capture->id;
+    }
+  }
+  return vdrtSuccess;
+}
+
+vdrtError_t vdrtGraphGetNodeCount(vdrtGraph_t graph, size_t* count) {
+  if (graph == nullptr || count == nullptr) {
+    return invalid("vdrtGraphGetNodeCount", "null pointer");
+  }
+  *count = graph->body->nodes.size();
+  return vdrtSuccess;
+}
+
+vdrtError_t vdrtGraphDebugDotPrint(vdrtGraph_t graph, const char* path) {
+  if (graph == nullptr || path == nullptr) {
+    return invalid("vdrtGraphDebugDotPrint", "null pointer");
+  }
+  std::ofstream out(path);
+  if (!out) {
+    return invalid("vdrtGraphDebugDotPrint", (std::string("cannot write ") + path).c_str());
+  }
+  out << "digraph vdev_graph {\n";
+  const auto& nodes = graph->body->nodes;
+  for (size_t index = 0; index < nodes.size(); ++index) {
+    out << "  n" << index << " [label=\"" << index << ": "
+        << (nodes[index].name != nullptr ? nodes[index].name : "host function") << "\"];\n";
+    for (size_t dependency : nodes[index].dependencies) {
+      out << "  n" << dependency << " -> n" << index << ";\n";
+    }
+  }
+  out << "}\n";
+  return out ? vdrtSuccess : invalid("vdrtGraphDebugDotPrint", "write failed");
+}
+
+vdrtError_t vdrtGraphDestroy(vdrtGraph_t graph) {
+  if (graph == nullptr) {
+    return invalid("vdrtGraphDestroy", "null graph");
+  }
+  delete graph;
+  return vdrtSuccess;
+}
+
+vdrtError_t vdrtGraphInstantiate(vdrtGraphExec_t* exec, vdrtGraph_t graph) {
+  if (exec == nullptr || graph == nullptr) {
+    return invalid("vdrtGraphInstantiate", "null pointer");
+  }
+  *exec = new vdrtGraphExec{graph->body};
+  return vdrtSuccess;
+}
+
+vdrtError_t vdrtGraphLaunch(vdrtGraphExec_t exec, vdrtStream_t stream) {
+  if (exec == nullptr) {
+    return invalid("vdrtGraphLaunch", "null executable graph");
+  }
+  VDRT_CHECK_STREAM(stream, "vdrtGraphLaunch");
+  return stream->submit(owned_work(new GraphRun{exec->body}, "graph"), "vdrtGraphLaunch");
+}
+
+vdrtError_t vdrtGraphExecDestroy(vdrtGraphExec_t exec) {
+  if (exec == nullptr) {
+    return invalid("vdrtGraphExecDestroy", "null executable graph");
+  }
+  delete exec;
+  return vdrtSuccess;
 }
 
 vdrtError_t vdrtSetLaunchBlocking(int blocking) {

@@ -704,6 +704,398 @@ TEST(concurrent_allocation_and_streams) {
   CHECK(free_after == free_before);
 }
 
+// ---- graphs: stream capture ----
+
+// Launches a C++ callable that the runtime owns: replayable, destroyed by the runtime.
+vdrtError_t launch_owned(vdrtStream_t stream, std::function<void()> fn, const char* name = "fn") {
+  return vdrtLaunchHostFuncOwned(
+      stream, [](void* data) { (*static_cast<std::function<void()>*>(data))(); },
+      new std::function<void()>(std::move(fn)),
+      [](void* data) { delete static_cast<std::function<void()>*>(data); }, name);
+}
+
+// Counts its destructions: shows when the runtime destroys recorded data.
+struct Tracked {
+  std::atomic<int>* runs;
+  std::atomic<int>* destroyed;
+  static void run(void* data) {
+    *static_cast<Tracked*>(data)->runs += 1;
+  }
+  static void destroy(void* data) {
+    auto* tracked = static_cast<Tracked*>(data);
+    *tracked->destroyed += 1;
+    delete tracked;
+  }
+};
+
+vdrtStreamCaptureStatus capture_status(vdrtStream_t stream, unsigned long long* id = nullptr) {
+  vdrtStreamCaptureStatus status = vdrtStreamCaptureStatusNone;
+  CHECK_OK(vdrtStreamGetCaptureInfo(stream, &status, id));
+  return status;
+}
+
+// The stream works normally: launched work runs and synchronizing succeeds.
+void check_usable(vdrtStream_t stream) {
+  std::atomic<int> ran{0};
+  CHECK_OK(launch_owned(stream, [&] { ran += 1; }));
+  CHECK_OK(vdrtStreamSynchronize(stream));
+  CHECK(ran == 1);
+}
+
+TEST(capture_records_launches_and_replays_them) {
+  vdrtStream_t stream = new_stream();
+  std::atomic<int> runs{0};
+  std::atomic<int> destroyed{0};
+  unsigned long long id = 0;
+  CHECK(capture_status(stream) == vdrtStreamCaptureStatusNone);
+  CHECK_OK(vdrtStreamBeginCapture(stream, vdrtStreamCaptureModeGlobal));
+  CHECK(capture_status(stream, &id) == vdrtStreamCaptureStatusActive && id != 0);
+  CHECK_OK(vdrtLaunchHostFuncOwned(
+      stream, &Tracked::run, new Tracked{&runs, &destroyed}, &Tracked::destroy, "tracked"));
+  vdrtGraph_t graph = nullptr;
+  CHECK_OK(vdrtStreamEndCapture(stream, &graph));
+  CHECK(graph != nullptr && capture_status(stream) == vdrtStreamCaptureStatusNone);
+  sleep_ms(20);
+  CHECK(runs == 0);  // recorded, not run
+  size_t count = 0;
+  CHECK_OK(vdrtGraphGetNodeCount(graph, &count));
+  CHECK(count == 1);
+  vdrtGraphExec_t exec = nullptr;
+  CHECK_OK(vdrtGraphInstantiate(&exec, graph));
+  CHECK_OK(vdrtGraphDestroy(graph));  // the executable graph keeps the work
+  for (int replay = 0; replay < 3; ++replay) {
+    CHECK_OK(vdrtGraphLaunch(exec, stream));
+  }
+  CHECK_OK(vdrtStreamSynchronize(stream));
+  CHECK(runs == 3 && destroyed == 0);
+  CHECK_OK(vdrtGraphExecDestroy(exec));
+  CHECK(destroyed == 1);
+  // A second capture on the stream has a new id.
+  unsigned long long second = 0;
+  CHECK_OK(vdrtStreamBeginCapture(stream, vdrtStreamCaptureModeGlobal));
+  CHECK(capture_status(stream, &second) == vdrtStreamCaptureStatusActive && second > id);
+  CHECK_OK(vdrtStreamEndCapture(stream, &graph));
+  CHECK_OK(vdrtGraphDestroy(graph));
+  check_usable(stream);
+  CHECK_OK(vdrtStreamDestroy(stream));
+}
+
+TEST(replay_runs_recorded_work_in_order_with_copies_and_memsets) {
+  vdrtStream_t stream = new_stream();
+  void* device = nullptr;
+  CHECK_OK(vdrtMalloc(0, &device, 64));
+  std::vector<int> order;
+  std::vector<unsigned char> host(64, 7);
+  CHECK_OK(vdrtStreamBeginCapture(stream, vdrtStreamCaptureModeGlobal));
+  for (int step = 0; step < 5; ++step) {
+    CHECK_OK(launch_owned(stream, [&order, step] { order.push_back(step); }));
+  }
+  CHECK_OK(vdrtMemsetAsync(device, 3, 64, stream));
+  CHECK_OK(vdrtMemcpyAsync(host.data(), device, 32, vdrtMemcpyDeviceToHost, stream));
+  vdrtGraph_t graph = nullptr;
+  CHECK_OK(vdrtStreamEndCapture(stream, &graph));
+  CHECK(order.empty() && host[0] == 7);
+  vdrtGraphExec_t exec = nullptr;
+  CHECK_OK(vdrtGraphInstantiate(&exec, graph));
+  CHECK_OK(vdrtGraphLaunch(exec, stream));
+  CHECK_OK(vdrtGraphLaunch(exec, stream));
+  CHECK_OK(vdrtStreamSynchronize(stream));
+  CHECK((order == std::vector<int>{0, 1, 2, 3, 4, 0, 1, 2, 3, 4}));
+  CHECK(host[0] == 3 && host[31] == 3 && host[32] == 7);
+  CHECK_OK(vdrtGraphExecDestroy(exec));
+  CHECK_OK(vdrtGraphDestroy(graph));
+  CHECK_OK(vdrtFree(device));
+  CHECK_OK(vdrtStreamDestroy(stream));
+}
+
+TEST(forked_and_joined_streams_are_captured) {
+  vdrtStream_t origin = new_stream();
+  vdrtStream_t side = new_stream();
+  vdrtEvent_t fork = nullptr;
+  vdrtEvent_t join = nullptr;
+  CHECK_OK(vdrtEventCreate(&fork, vdrtEventDisableTiming));
+  CHECK_OK(vdrtEventCreate(&join, vdrtEventDisableTiming));
+  std::atomic<int> first{0};
+  std::atomic<int> forked{0};
+  std::atomic<int> last{0};
+  std::atomic<int> forked_saw_first{0};
+  std::atomic<int> last_saw_forked{0};
+  unsigned long long origin_id = 0;
+  unsigned long long side_id = 0;
+  CHECK_OK(vdrtStreamBeginCapture(origin, vdrtStreamCaptureModeGlobal));
+  CHECK_OK(launch_owned(origin, [&] { first += 1; }, "first"));
+  CHECK_OK(vdrtEventRecord(fork, origin));
+  CHECK_OK(vdrtStreamWaitEvent(side, fork));
+  CHECK(capture_status(origin, &origin_id) == vdrtStreamCaptureStatusActive);
+  CHECK(capture_status(side, &side_id) == vdrtStreamCaptureStatusActive && side_id == origin_id);
+  CHECK_OK(launch_owned(side, [&] { forked_saw_first += first.load(); forked += 1; }, "forked"));
+  CHECK_OK(vdrtEventRecord(join, side));
+  CHECK_OK(vdrtStreamWaitEvent(origin, join));
+  CHECK_OK(launch_owned(origin, [&] { last_saw_forked += forked.load(); last += 1; }, "last"));
+  vdrtGraph_t graph = nullptr;
+  CHECK_OK(vdrtStreamEndCapture(origin, &graph));
+  CHECK(capture_status(side) == vdrtStreamCaptureStatusNone);
+  size_t count = 0;
+  CHECK_OK(vdrtGraphGetNodeCount(graph, &count));
+  CHECK(count == 3 && first == 0 && forked == 0 && last == 0);
+  char path[] = "/tmp/vdrt_graph_XXXXXX";
+  int fd = mkstemp(path);
+  CHECK(fd >= 0);
+  close(fd);
+  CHECK_OK(vdrtGraphDebugDotPrint(graph, path));
+  FILE* file = std::fopen(path, "r");
+  std::string dot(4096, '\0');
+  dot.resize(std::fread(&dot[0], 1, dot.size(), file));
+  std::fclose(file);
+  std::remove(path);
+  CHECK(dot.find("n0 -> n1") != std::string::npos && dot.find("n1 -> n2") != std::string::npos);
+  CHECK(dot.find("forked") != std::string::npos);
+  vdrtGraphExec_t exec = nullptr;
+  CHECK_OK(vdrtGraphInstantiate(&exec, graph));
+  for (int replay = 0; replay < 4; ++replay) {
+    CHECK_OK(vdrtGraphLaunch(exec, origin));
+  }
+  CHECK_OK(vdrtStreamSynchronize(origin));
+  CHECK(first == 4 && forked == 4 && last == 4);
+  // Each run saw the work it depends on of the same and earlier runs: 1+2+3+4.
+  CHECK(forked_saw_first == 10 && last_saw_forked == 10);
+  CHECK_OK(vdrtGraphExecDestroy(exec));
+  CHECK_OK(vdrtGraphDestroy(graph));
+  check_usable(side);
+  CHECK_OK(vdrtEventDestroy(fork));
+  CHECK_OK(vdrtEventDestroy(join));
+  CHECK_OK(vdrtStreamDestroy(side));
+  CHECK_OK(vdrtStreamDestroy(origin));
+}
+
+TEST(an_unjoined_fork_fails_the_capture) {
+  vdrtStream_t origin = new_stream();
+  vdrtStream_t side = new_stream();
+  vdrtEvent_t fork = nullptr;
+  CHECK_OK(vdrtEventCreate(&fork, vdrtEventDisableTiming));
+  CHECK_OK(vdrtStreamBeginCapture(origin, vdrtStreamCaptureModeGlobal));
+  CHECK_OK(launch_owned(origin, [] {}));
+  CHECK_OK(vdrtEventRecord(fork, origin));
+  CHECK_OK(vdrtStreamWaitEvent(side, fork));
+  CHECK_OK(launch_owned(side, [] {}, "left_behind"));
+  vdrtGraph_t graph = nullptr;
+  CHECK(vdrtStreamEndCapture(side, &graph) == vdrtErrorStreamCaptureUnmatched);
+  CHECK(vdrtStreamEndCapture(origin, &graph) == vdrtErrorStreamCaptureUnjoined);
+  CHECK(graph == nullptr && std::strstr(vdrtGetLastErrorMessage(), "left_behind") != nullptr);
+  CHECK(capture_status(origin) == vdrtStreamCaptureStatusNone);
+  CHECK(capture_status(side) == vdrtStreamCaptureStatusNone);
+  check_usable(origin);
+  check_usable(side);
+  CHECK_OK(vdrtEventDestroy(fork));
+  CHECK_OK(vdrtStreamDestroy(side));
+  CHECK_OK(vdrtStreamDestroy(origin));
+}
+
+// Runs `forbidden` during a capture of a fresh stream: it must fail with `error` and
+// invalidate the capture; the stream and the process stay usable.
+void check_invalidates(
+    vdrtStreamCaptureMode mode, vdrtError_t error, const std::function<vdrtError_t(vdrtStream_t)>& forbidden) {
+  vdrtStream_t stream = new_stream();
+  std::atomic<int> runs{0};
+  std::atomic<int> destroyed{0};
+  CHECK_OK(vdrtStreamBeginCapture(stream, mode));
+  CHECK_OK(launch_owned(stream, [] {}));
+  vdrtError_t got = forbidden(stream);
+  if (got != error) {
+    throw Failure(std::string("expected ") + vdrtGetErrorName(error) + ", got " + vdrtGetErrorName(got));
+  }
+  CHECK(capture_status(stream) == vdrtStreamCaptureStatusInvalidated);
+  // Later launches fail, and the runtime destroys their data.
+  CHECK(vdrtLaunchHostFuncOwned(
+            stream, &Tracked::run, new Tracked{&runs, &destroyed}, &Tracked::destroy, "late") ==
+        vdrtErrorStreamCaptureInvalidated);
+  CHECK(destroyed == 1 && runs == 0);
+  vdrtGraph_t graph = nullptr;
+  CHECK(vdrtStreamEndCapture(stream, &graph) == vdrtErrorStreamCaptureInvalidated);
+  CHECK(graph == nullptr);
+  CHECK(capture_status(stream) == vdrtStreamCaptureStatusNone);
+  check_usable(stream);
+  CHECK_OK(vdrtStreamDestroy(stream));
+}
+
+TEST(waiting_for_a_capturing_stream_invalidates_the_capture) {
+  check_invalidates(vdrtStreamCaptureModeRelaxed, vdrtErrorStreamCaptureUnsupported, [](vdrtStream_t stream) {
+    vdrtError_t error = vdrtStreamSynchronize(stream);
+    const std::string message = vdrtGetLastErrorMessage();
+    CHECK(message.find("not permitted when stream is capturing") != std::string::npos);
+    CHECK(message.find("is invalidated") != std::string::npos);
+    return error;
+  });
+  check_invalidates(vdrtStreamCaptureModeRelaxed, vdrtErrorStreamCaptureUnsupported, &vdrtStreamQuery);
+  check_invalidates(vdrtStreamCaptureModeRelaxed, vdrtErrorStreamCaptureUnsupported, [](vdrtStream_t) {
+    return vdrtDeviceSynchronize(0);
+  });
+  void* device = nullptr;
+  CHECK_OK(vdrtMalloc(0, &device, 16));
+  char host[16] = {};
+  check_invalidates(vdrtStreamCaptureModeRelaxed, vdrtErrorStreamCaptureUnsupported, [&](vdrtStream_t) {
+    return vdrtMemcpy(host, device, 16, vdrtMemcpyDeviceToHost);
+  });
+  check_invalidates(vdrtStreamCaptureModeRelaxed, vdrtErrorStreamCaptureUnsupported, [&](vdrtStream_t) {
+    return vdrtMemset(device, 0, 16);
+  });
+  CHECK_OK(vdrtFree(device));
+  vdrtEvent_t event = nullptr;
+  CHECK_OK(vdrtEventCreate(&event, vdrtEventDisableTiming));
+  check_invalidates(vdrtStreamCaptureModeRelaxed, vdrtErrorCapturedEvent, [&](vdrtStream_t stream) {
+    CHECK_OK(vdrtEventRecord(event, stream));
+    return vdrtEventSynchronize(event);
+  });
+  CHECK_OK(vdrtEventSynchronize(event));  // its capture ended: an ordinary event again
+  CHECK_OK(vdrtEventDestroy(event));
+}
+
+TEST(a_capturing_stream_cannot_wait_for_uncaptured_work) {
+  vdrtStream_t other = new_stream();
+  vdrtEvent_t event = nullptr;
+  CHECK_OK(vdrtEventCreate(&event, vdrtEventDisableTiming));
+  CHECK_OK(vdrtEventRecord(event, other));
+  check_invalidates(vdrtStreamCaptureModeRelaxed, vdrtErrorStreamCaptureIsolation, [&](vdrtStream_t stream) {
+    return vdrtStreamWaitEvent(stream, event);
+  });
+  // Two captures cannot merge.
+  vdrtStream_t second = new_stream();
+  vdrtEvent_t captured = nullptr;
+  CHECK_OK(vdrtEventCreate(&captured, vdrtEventDisableTiming));
+  CHECK_OK(vdrtStreamBeginCapture(second, vdrtStreamCaptureModeRelaxed));
+  CHECK_OK(vdrtEventRecord(captured, second));
+  check_invalidates(vdrtStreamCaptureModeRelaxed, vdrtErrorStreamCaptureMerge, [&](vdrtStream_t stream) {
+    return vdrtStreamWaitEvent(stream, captured);
+  });
+  CHECK(capture_status(second) == vdrtStreamCaptureStatusInvalidated);
+  vdrtGraph_t graph = nullptr;
+  CHECK(vdrtStreamEndCapture(second, &graph) == vdrtErrorStreamCaptureInvalidated);
+  CHECK_OK(vdrtEventDestroy(captured));
+  CHECK_OK(vdrtEventDestroy(event));
+  CHECK_OK(vdrtStreamDestroy(second));
+  CHECK_OK(vdrtStreamDestroy(other));
+}
+
+TEST(capture_modes_decide_what_other_streams_may_do) {
+  vdrtStream_t other = new_stream();
+  // Another thread's work on another stream: forbidden by a global capture only.
+  auto from_another_thread = [other](vdrtStream_t) {
+    vdrtError_t error = vdrtSuccess;
+    std::string message;
+    std::thread([&] {
+      error = launch_owned(other, [] {});
+      message = vdrtGetLastErrorMessage();
+    }).join();
+    if (error != vdrtSuccess) {
+      CHECK(message.find("global mode") != std::string::npos);
+    }
+    return error;
+  };
+  check_invalidates(vdrtStreamCaptureModeGlobal, vdrtErrorStreamCaptureImplicit, from_another_thread);
+  for (auto mode : {vdrtStreamCaptureModeThreadLocal, vdrtStreamCaptureModeRelaxed}) {
+    vdrtStream_t stream = new_stream();
+    CHECK_OK(vdrtStreamBeginCapture(stream, mode));
+    CHECK_OK(from_another_thread(stream));
+    CHECK(capture_status(stream) == vdrtStreamCaptureStatusActive);
+    vdrtGraph_t graph = nullptr;
+    CHECK_OK(vdrtStreamEndCapture(stream, &graph));
+    CHECK_OK(vdrtGraphDestroy(graph));
+    CHECK_OK(vdrtStreamDestroy(stream));
+  }
+  // The capturing thread's own work or waits elsewhere: forbidden unless relaxed.
+  for (auto mode : {vdrtStreamCaptureModeGlobal, vdrtStreamCaptureModeThreadLocal}) {
+    check_invalidates(mode, vdrtErrorStreamCaptureImplicit, [other](vdrtStream_t) {
+      return launch_owned(other, [] {});
+    });
+    check_invalidates(mode, vdrtErrorStreamCaptureImplicit, [other](vdrtStream_t) {
+      return vdrtStreamSynchronize(other);
+    });
+  }
+  vdrtStream_t stream = new_stream();
+  CHECK_OK(vdrtStreamBeginCapture(stream, vdrtStreamCaptureModeRelaxed));
+  check_usable(other);
+  vdrtGraph_t graph = nullptr;
+  CHECK_OK(vdrtStreamEndCapture(stream, &graph));
+  CHECK_OK(vdrtGraphDestroy(graph));
+  CHECK_OK(vdrtStreamDestroy(stream));
+  CHECK_OK(vdrtStreamDestroy(other));
+}
+
+TEST(ending_a_capture_checks_the_stream_and_the_thread) {
+  vdrtStream_t stream = new_stream();
+  vdrtGraph_t graph = nullptr;
+  CHECK(vdrtStreamEndCapture(stream, &graph) == vdrtErrorStreamCaptureUnmatched);
+  CHECK(vdrtStreamBeginCapture(stream, static_cast<vdrtStreamCaptureMode>(7)) == vdrtErrorInvalidValue);
+  CHECK_OK(vdrtStreamBeginCapture(stream, vdrtStreamCaptureModeThreadLocal));
+  CHECK(vdrtStreamBeginCapture(stream, vdrtStreamCaptureModeGlobal) == vdrtErrorIllegalState);
+  vdrtError_t from_other = vdrtSuccess;
+  std::thread([&] { from_other = vdrtStreamEndCapture(stream, &graph); }).join();
+  CHECK(from_other == vdrtErrorStreamCaptureWrongThread);
+  CHECK(capture_status(stream) == vdrtStreamCaptureStatusActive);
+  CHECK_OK(vdrtStreamEndCapture(stream, &graph));
+  CHECK_OK(vdrtGraphDestroy(graph));
+  // A relaxed capture may end on another thread.
+  CHECK_OK(vdrtStreamBeginCapture(stream, vdrtStreamCaptureModeRelaxed));
+  std::thread([&] { from_other = vdrtStreamEndCapture(stream, &graph); }).join();
+  CHECK_OK(from_other);
+  CHECK_OK(vdrtGraphDestroy(graph));
+  CHECK_OK(vdrtStreamDestroy(stream));
+}
+
+TEST(graph_launches_are_captured_too) {
+  vdrtStream_t stream = new_stream();
+  std::atomic<int> runs{0};
+  vdrtGraph_t inner = nullptr;
+  CHECK_OK(vdrtStreamBeginCapture(stream, vdrtStreamCaptureModeGlobal));
+  CHECK_OK(launch_owned(stream, [&] { runs += 1; }));
+  CHECK_OK(vdrtStreamEndCapture(stream, &inner));
+  vdrtGraphExec_t inner_exec = nullptr;
+  CHECK_OK(vdrtGraphInstantiate(&inner_exec, inner));
+  vdrtGraph_t outer = nullptr;
+  CHECK_OK(vdrtStreamBeginCapture(stream, vdrtStreamCaptureModeGlobal));
+  CHECK_OK(vdrtGraphLaunch(inner_exec, stream));
+  CHECK_OK(vdrtGraphLaunch(inner_exec, stream));
+  CHECK_OK(vdrtStreamEndCapture(stream, &outer));
+  CHECK_OK(vdrtGraphExecDestroy(inner_exec));  // the outer graph holds its work
+  CHECK_OK(vdrtGraphDestroy(inner));
+  vdrtGraphExec_t outer_exec = nullptr;
+  CHECK_OK(vdrtGraphInstantiate(&outer_exec, outer));
+  CHECK_OK(vdrtGraphLaunch(outer_exec, stream));
+  CHECK_OK(vdrtStreamSynchronize(stream));
+  CHECK(runs == 2);
+  CHECK_OK(vdrtGraphExecDestroy(outer_exec));
+  CHECK_OK(vdrtGraphDestroy(outer));
+  CHECK_OK(vdrtStreamDestroy(stream));
+}
+
+TEST(a_graph_destroyed_while_launched_runs_then_is_destroyed) {
+  vdrtStream_t stream = new_stream();
+  std::atomic<int> runs{0};
+  std::atomic<int> destroyed{0};
+  CHECK_OK(vdrtStreamBeginCapture(stream, vdrtStreamCaptureModeGlobal));
+  CHECK_OK(vdrtLaunchHostFuncOwned(
+      stream, &Tracked::run, new Tracked{&runs, &destroyed}, &Tracked::destroy, "tracked"));
+  vdrtGraph_t graph = nullptr;
+  CHECK_OK(vdrtStreamEndCapture(stream, &graph));
+  vdrtGraphExec_t exec = nullptr;
+  CHECK_OK(vdrtGraphInstantiate(&exec, graph));
+  Gate gate;
+  CHECK_OK(vdrtLaunchHostFunc(stream, &Gate::wait, &gate));
+  CHECK_OK(vdrtGraphLaunch(exec, stream));
+  CHECK_OK(vdrtGraphExecDestroy(exec));
+  CHECK_OK(vdrtGraphDestroy(graph));
+  CHECK(runs == 0 && destroyed == 0);
+  gate.open = true;
+  CHECK_OK(vdrtStreamSynchronize(stream));
+  CHECK(runs == 1 && destroyed == 1);
+  // Owned work launched outside captures runs once and is destroyed after running.
+  CHECK_OK(vdrtLaunchHostFuncOwned(
+      stream, &Tracked::run, new Tracked{&runs, &destroyed}, &Tracked::destroy, "tracked"));
+  CHECK_OK(vdrtStreamSynchronize(stream));
+  CHECK(runs == 2 && destroyed == 2);
+  CHECK_OK(vdrtStreamDestroy(stream));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
