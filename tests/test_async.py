@@ -358,6 +358,41 @@ def test_views_do_not_wait_for_queued_work():
     assert views[1][3, 2].item() == 2 * 64 + 3
 
 
+def test_nested_views_made_while_work_is_queued_keep_their_metadata():
+    # A view of a nested tensor runs on the calling thread without waiting, and writes
+    # new sizes and strides at once. Blocks freed while their kernels are still queued
+    # must not hold them: those kernels write the blocks later.
+    components = [torch.randn(2, 3), torch.randn(4, 3)]
+    nested = torch.nested.nested_tensor([component.to("vdev") for component in components])
+    x = torch.arange(64, dtype=torch.float32, device="vdev")
+    torch.vdev._sleep(BUSY_MS)
+    queued = [x * i for i in range(8)]  # small outputs, freed below while queued
+    del queued
+    transposed = nested.transpose(1, 2)
+    assert not torch.vdev.current_stream().query()  # the view did not wait
+    torch.vdev.synchronize()
+    assert transposed._nested_tensor_size().tolist() == [[3, 2], [3, 4]]
+    assert transposed._nested_tensor_strides().tolist() == [[1, 3], [1, 3]]
+    for got, component in zip(transposed.unbind(), components):
+        assert_close(got.cpu(), component.t())
+
+
+@pytest.mark.parametrize(
+    "grow",
+    [
+        lambda y: y.resize_(2 * N),  # c10 copies the storage into a larger block
+        lambda y: torch._lazy_clone(y).add_(0),  # the write materializes the clone's copy
+    ],
+    ids=["resize_", "lazy_clone"],
+)
+def test_storage_copies_on_the_host_wait_for_queued_work(grow):
+    x = _device_ones()
+    torch.vdev._sleep(BUSY_MS)
+    y = x * 7.25  # queued: not yet written when the copy is made
+    copied = grow(y)
+    assert_close(copied[:N].cpu(), torch.full((N,), 7.25))
+
+
 def test_shape_errors_of_launched_ops_raise_at_the_call():
     a, b = torch.ones(3, device="vdev"), torch.ones(4, device="vdev")
     torch.vdev._sleep(BUSY_MS)

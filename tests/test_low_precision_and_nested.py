@@ -164,14 +164,6 @@ def strided_nested_matmul_gradients_match_cpu():
     assert_same_components(grad, cpu_grad)
 
 
-# Queued launches race with nested tensors' backward (their ops run on the calling
-# thread): see README, "Nested tensors".
-_QUEUED_NESTED_BACKWARD = (
-    "with queued launches, nested backward sometimes reads stale data: a race between stream work and nested "
-    "tensors' calling-thread kernels, under investigation"
-)
-
-
 def test_nested_gradients_match_cpu_with_launches_blocking(run_in_subprocess):
     code = (
         "import sys\n"
@@ -185,11 +177,9 @@ def test_nested_gradients_match_cpu_with_launches_blocking(run_in_subprocess):
     assert "matched" in finished.stdout, finished.stderr[-3000:]
 
 
-@pytest.mark.xfail(reason=_QUEUED_NESTED_BACKWARD, strict=False)
 def test_jagged_scaled_dot_product_attention_gradients_match_cpu():
     jagged_attention_gradients_match_cpu()
 
 
-@pytest.mark.xfail(reason=_QUEUED_NESTED_BACKWARD, strict=False)
 def test_strided_nested_matmul_gradients_match_cpu():
     strided_nested_matmul_gradients_match_cpu()

@@ -348,10 +348,12 @@ at::Tensor CpuRedispatch::to_device(const at::Tensor& cpu) {
     return device_tensor_for(cpu.storage(), cpu);
   }
   // Memory the kernel did not allocate through the CPU allocator (a constant, a
-  // CPU argument returned as is): the one case that needs a copy.
+  // CPU argument returned as is): the one case that needs a copy. A copy from pageable
+  // memory, which waits for the stream: the fresh block may be one that queued work
+  // still uses (a view op's kernel ran without waiting).
   at::Tensor result =
       at::empty_strided(cpu.sizes(), cpu.strides(), cpu.options().device(make_device(device_)));
-  cpu_alias(result).copy_(cpu);
+  result.copy_(cpu);
   return result;
 }
 

@@ -2,6 +2,7 @@
 // TensorImpls; resizing reallocates through the storage's (vdev) allocator.
 #include "aten/Tensor.h"
 #include "runtime/Allocator.h"
+#include "runtime/HostAccess.h"
 
 #include <ATen/InferSize.h>
 #include <ATen/TensorUtils.h>
@@ -45,6 +46,14 @@ at::Tensor reshape_alias(const at::Tensor& self, c10::IntArrayRef size, c10::Int
 
 const at::Tensor& resize(
     const at::Tensor& self, c10::IntArrayRef size, std::optional<c10::MemoryFormat> memory_format) {
+  // Growing a storage copies its old contents into a fresh block on the host (ATen's
+  // resize_bytes_cpu): the work queued on the stream, which may still write the old
+  // block or read the one the new block was before it was freed, must be complete.
+  const size_t needed =
+      at::detail::computeStorageNbytesContiguous(size, self.dtype().itemsize(), self.storage_offset());
+  if (self.has_storage() && self.storage().nbytes() > 0 && needed > self.storage().nbytes()) {
+    synchronize_for_host_op(self.device().index(), "aten::resize_");
+  }
   return at::native::resize_(self, size, memory_format);
 }
 

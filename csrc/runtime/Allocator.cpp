@@ -3,6 +3,7 @@
 #include "profiler/MemoryEvents.h"
 #include "runtime/AllocatorConfig.h"
 #include "runtime/Device.h"
+#include "runtime/HostAccess.h"
 #include "runtime/RuntimeError.h"
 #include "runtime/Stream.h"
 
@@ -145,6 +146,18 @@ void free_segments(const std::vector<void*>& segments) {
 }
 
 void free_device_block(void* ptr);
+
+// The allocators' copy_data: c10 copies a storage's memory on the host with it when it
+// grows the storage (resize_) or materializes a lazy clone (copy-on-write). The copy
+// reads the old block and writes a fresh one at once, so the work queued on the
+// device's current stream - which may still write the one, or read the block the other
+// held before it was freed - must be complete first.
+void copy_device_memory(void* dest, const void* src, std::size_t count) {
+  if (count > 0) {
+    synchronize_for_host_op(device_of_pointer(dest).index(), "c10::Allocator::copy_data");
+  }
+  std::memcpy(dest, src, count);
+}
 
 // The pools' lock. It is held for a few hash-map operations at a time (the rare
 // segment allocation and cache release aside), so a waiter spins briefly, then
@@ -718,7 +731,7 @@ class CpuViewAllocator final : public c10::Allocator {
   }
 
   void copy_data(void* dest, const void* src, std::size_t count) const override {
-    default_copy_data(dest, src, count);
+    copy_device_memory(dest, src, count);
   }
 
  private:
@@ -737,7 +750,7 @@ c10::DeleterFnPtr CachingAllocator::raw_deleter() const {
 }
 
 void CachingAllocator::copy_data(void* dest, const void* src, std::size_t count) const {
-  default_copy_data(dest, src, count);
+  copy_device_memory(dest, src, count);
 }
 
 bool CachingAllocator::initialized() {
