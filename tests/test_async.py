@@ -543,3 +543,69 @@ def test_a_queued_copy_refuses_a_source_that_does_not_broadcast_at_the_call(sour
     assert destination.sum().item() == 0
     destination.copy_(torch.ones(1, device="vdev"))  # broadcasting still works
     assert destination.sum().item() == 2
+
+
+@pytest.mark.parametrize(
+    "update",
+    [
+        lambda w: w.add_(1),
+        lambda w: torch._foreach_add_([w], 1),
+        lambda w: torch.add(w, 1, out=w),
+    ],
+    ids=["in_place", "foreach", "out"],
+)
+def test_a_launched_write_bumps_the_version_once_at_the_launch(update):
+    # The host bumps a written tensor's version when it launches the op; the kernel
+    # running later must not bump it again, or autograd would find a tensor it saved
+    # after the launch changed (a training step without a sync between steps).
+    weight = torch.ones(4, 4, device="vdev", requires_grad=True)
+    torch.vdev._sleep(BUSY_MS)
+    with torch.no_grad():
+        update(weight)  # queued behind the sleep
+    version = weight._version
+    loss = (torch.ones(2, 4, device="vdev") @ weight.t()).sum()  # saves weight
+    torch.vdev.synchronize()  # the update runs
+    assert weight._version == version
+    loss.backward()
+    assert torch.equal(weight.grad.cpu(), torch.full((4, 4), 2.0))
+
+
+def test_launched_kernels_leave_version_counters_to_the_host():
+    # index_add's out= kernel copies `self` into the output with a nested copy_: run
+    # later on the stream, that must not bump the output's version after autograd
+    # saved it (the host counted the op's writes at the launch).
+    base = torch.zeros(4, 3, device="vdev")
+    source = torch.ones(2, 3, device="vdev")
+    index = torch.tensor([0, 2], device="vdev")
+    torch.vdev._sleep(BUSY_MS)
+    added = torch.index_add(base, 0, index, source)
+    written = torch.zeros(4, 3, device="vdev")
+    written.add_(1)
+    versions = (added._version, written._version)
+    torch.vdev.synchronize()
+    assert (added._version, written._version) == versions
+    assert added.sum().item() == 6
+
+
+def test_moe_training_step_with_a_lagging_stream_matches_cpu():
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+    from models import moe_step
+
+    device_step, cpu_step = moe_step("vdev", tokens=64, hidden=16), moe_step("cpu", tokens=64, hidden=16)
+    for _ in range(4):
+        torch.vdev._sleep(20)  # the host runs ahead of the stream
+        device_loss, cpu_loss = device_step(), cpu_step()
+    assert_close(device_loss.cpu(), cpu_loss, rtol=1e-5, atol=1e-6)
+
+
+def test_meta_kernel_table_is_current():
+    import pathlib
+    import subprocess
+    import sys
+
+    generator = pathlib.Path(__file__).resolve().parents[1] / "csrc" / "aten" / "generate_meta_kernels.py"
+    result = subprocess.run([sys.executable, str(generator), "--check"], capture_output=True, text=True)
+    assert result.returncode == 0, "csrc/aten/MetaKernels.inc is stale: run " + str(generator)

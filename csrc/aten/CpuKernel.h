@@ -20,6 +20,7 @@
 #include <array>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <type_traits>
 #include <vector>
@@ -396,6 +397,16 @@ bool holds_host_tensor(const T& /*other*/) {
   return false;
 }
 
+inline void bump_versions(at::TensorList tensors) {
+  for (const at::Tensor& tensor : tensors) {
+    if (!tensor.is_inference()) {
+      tensor.unsafeGetTensorImpl()->bump_version();
+    }
+  }
+}
+template <class T>
+void bump_versions(const T& /*other*/) {}
+
 // An argument as a queued kernel keeps it until it runs: owned, since the host goes on.
 // Tensors become CPU aliases made at the launch (LaunchAliases: they hold no memory).
 template <class Arg>
@@ -463,6 +474,16 @@ struct QueuedCpuKernel<Op, void(Args...)> {
       CpuRedispatch checks(Op::name);
       (cpu_kernel::note(checks, args), ...);
       device = checks.device();
+    }
+    // The CPU's foreach kernels write each tensor with an in-place op, which bumps its
+    // version; the kernel's aliases count their own versions (LaunchAliases), so the
+    // host counts those writes now, at the launch.
+    static const bool bumps_versions = std::string_view(Op::name).substr(0, 15) == "aten::_foreach_";
+    if (bumps_versions) {
+      static const OperatorFacts& facts =
+          operator_facts(c10::Dispatcher::singleton().findSchemaOrThrow(Op::name, Op::overload_name));
+      size_t index = 0;
+      ((facts.written[index++] ? cpu_kernel::bump_versions(args) : void()), ...);
     }
     launch(
         current_stream(device), Op::name,
