@@ -81,12 +81,14 @@ std::optional<c10::OperatorHandle> out_overload(const c10::FunctionSchema& funct
   return std::nullopt;
 }
 
-// Functional ops whose out= overload's CPU kernel changes the output it is given: a
-// reduced loss is first written unreduced (resized, with a deprecation warning);
-// linalg_lu_solve's out= kernel leaves its output a lazy conjugate, which its meta
-// kernel does not.
+// Ops whose out= CPU kernel changes the output it is given, so neither they nor their
+// functional variant (through its out= overload) can be launched: a reduced loss is first
+// written unreduced (resized, with a deprecation warning); linalg_lu_solve's and
+// triangular_solve's out= kernels leave their outputs a lazy conjugate or restrided,
+// which their meta kernels do not.
 bool out_overload_differs(const std::string& name) {
-  return name == "aten::mse_loss" || name == "aten::smooth_l1_loss" || name == "aten::linalg_lu_solve";
+  return name == "aten::mse_loss" || name == "aten::smooth_l1_loss" || name == "aten::linalg_lu_solve" ||
+      name == "aten::triangular_solve";
 }
 
 // Ops that change their written arguments' storage or geometry rather than their values.
@@ -232,7 +234,8 @@ struct OutputShape {
 
 OperatorFacts::Launch plan_launch(const c10::FunctionSchema& schema, const OperatorFacts& facts) {
   OperatorFacts::Launch plan;
-  if (!starts_with(schema.name(), "aten::") || changes_metadata(schema.name())) {
+  if (!starts_with(schema.name(), "aten::") || changes_metadata(schema.name()) ||
+      out_overload_differs(schema.name())) {
     return plan;
   }
   for (size_t i = 0; i < schema.arguments().size(); ++i) {
@@ -266,7 +269,7 @@ OperatorFacts::Launch plan_launch(const c10::FunctionSchema& schema, const Opera
       return plan;
     }
     plan.cpu_op = self;
-  } else if (all_fresh && !writes && !out_overload_differs(schema.name())) {
+  } else if (all_fresh && !writes) {
     plan.cpu_op = out_overload(schema);
     if (!plan.cpu_op.has_value()) {
       return plan;
