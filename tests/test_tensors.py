@@ -242,6 +242,8 @@ def test_lazy_clone_stays_shared_when_read():
 def test_writing_a_lazy_clone_leaves_the_other_unchanged(write, written):
     cpu_original = torch.arange(4.0)
     cpu_clone = torch._lazy_clone(cpu_original)
+    # The write copies the shared memory first, which must wait for the queued arange.
+    torch.vdev._sleep(100)
     original = torch.arange(4.0, device="vdev")
     clone = torch._lazy_clone(original)
     write(clone if written == "clone" else original)

@@ -6,6 +6,7 @@
 #include <ATen/InferSize.h>
 #include <ATen/TensorUtils.h>
 #include <ATen/native/Resize.h>
+#include <ATen/native/ResizeCommon.h>
 #include <torch/library.h>
 
 #include <ATen/ops/_conj_native.h>
@@ -43,9 +44,24 @@ at::Tensor reshape_alias(const at::Tensor& self, c10::IntArrayRef size, c10::Int
   return view_of_storage(self.storage(), self, size, stride, self.storage_offset());
 }
 
+// ATen's CPU resize_ would copy a growing storage's bytes on the host at once, before
+// the queued kernels that write them ran: the storage grows on the stream first
+// (resize_device_storage), then ATen sets the geometry.
 const at::Tensor& resize(
     const at::Tensor& self, c10::IntArrayRef size, std::optional<c10::MemoryFormat> memory_format) {
-  return at::native::resize_(self, size, memory_format);
+  c10::StorageImpl* storage = self.storage().unsafeGetStorageImpl();
+  const size_t old_nbytes = storage->nbytes();
+  const size_t nbytes = at::detail::computeStorageNbytesContiguous(size, self.itemsize(), self.storage_offset());
+  const bool grows = c10::multiply_integers(size) > 0 && nbytes > old_nbytes;
+  if (grows) {
+    resize_device_storage(storage, nbytes);
+  }
+  at::native::resize_(self, size, memory_format);
+  if (grows && at::globalContext().deterministicAlgorithms() &&
+      at::globalContext().deterministicFillUninitializedMemory()) {
+    at::native::fill_resize_deterministic_(self, static_cast<int64_t>(old_nbytes));
+  }
+  return self;
 }
 
 // ATen's generic kernels for these views make plain TensorImpls; the result is

@@ -69,7 +69,7 @@ struct Hooks final : public at::PrivateUse1HooksInterface {
   }
 
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t new_bytes) const override {
-    at::native::resize_bytes_cpu(storage.unsafeGetStorageImpl(), new_bytes);
+    resize_device_storage(storage.unsafeGetStorageImpl(), new_bytes);
   }
 };
 
