@@ -570,3 +570,28 @@ def test_optimizer_step_leaves_the_next_backward_its_saved_versions():
         optimizer.step()
         loss = model(data).square().mean()
         loss.backward()  # raised "modified by an inplace operation" before the fix
+
+
+@pytest.mark.parametrize(
+    "write",
+    [
+        lambda out: torch.linspace(1, 10, 10, out=out),
+        lambda out: torch.logspace(1, 10, 10, out=out),
+        lambda out: out.add_(1),
+        lambda out: torch.mul(torch.ones(10, device=out.device), 2, out=out),
+    ],
+    ids=["linspace", "logspace", "in-place", "out="],
+)
+def test_writing_overlapping_elements_raises_at_the_call(write):
+    # CUDA checks a written tensor's internal overlap on the host; linspace's meta
+    # kernel does not, so the launched kernel raised at the next synchronization.
+    def error(device):
+        expanded = torch.rand(1, device=device).expand(10)
+        if device == "vdev":
+            torch.vdev._sleep(BUSY_MS)
+        with pytest.raises(RuntimeError) as raised:
+            write(expanded)
+        return str(raised.value)
+
+    assert error("vdev") == error("cpu")
+    torch.vdev.synchronize()  # nothing deferred
