@@ -5,8 +5,4 @@ one-line reason. Each entry is applied as `unittest.expectedFailure` through PyT
 DecorateInfo, so an entry that starts passing fails the run: this list only shrinks.
 """
 
-EXPECTED_FAILURES = {
-    ("TestOpInfo", "test_accelerator_dtypes", "torch.ops.aten._efficient_attention_forward", None): (
-        "CUDA-only kernel not on vdev; SDPA on vdev takes the CPU's kernel choice (dense) or the math path (jagged)"
-    ),
-}
+EXPECTED_FAILURES = {}

@@ -358,6 +358,41 @@ def test_views_do_not_wait_for_queued_work():
     assert views[1][3, 2].item() == 2 * 64 + 3
 
 
+def test_nested_views_made_while_work_is_queued_keep_their_metadata():
+    # A view of a nested tensor runs on the calling thread without waiting, and writes
+    # new sizes and strides at once. Blocks freed while their kernels are still queued
+    # must not hold them: those kernels write the blocks later.
+    components = [torch.randn(2, 3), torch.randn(4, 3)]
+    nested = torch.nested.nested_tensor([component.to("vdev") for component in components])
+    x = torch.arange(64, dtype=torch.float32, device="vdev")
+    torch.vdev._sleep(BUSY_MS)
+    queued = [x * i for i in range(8)]  # small outputs, freed below while queued
+    del queued
+    transposed = nested.transpose(1, 2)
+    assert not torch.vdev.current_stream().query()  # the view did not wait
+    torch.vdev.synchronize()
+    assert transposed._nested_tensor_size().tolist() == [[3, 2], [3, 4]]
+    assert transposed._nested_tensor_strides().tolist() == [[1, 3], [1, 3]]
+    for got, component in zip(transposed.unbind(), components):
+        assert_close(got.cpu(), component.t())
+
+
+@pytest.mark.parametrize(
+    "grow",
+    [
+        lambda y: y.resize_(2 * N),  # c10 copies the storage into a larger block
+        lambda y: torch._lazy_clone(y).add_(0),  # the write materializes the clone's copy
+    ],
+    ids=["resize_", "lazy_clone"],
+)
+def test_storage_copies_on_the_host_wait_for_queued_work(grow):
+    x = _device_ones()
+    torch.vdev._sleep(BUSY_MS)
+    y = x * 7.25  # queued: not yet written when the copy is made
+    copied = grow(y)
+    assert_close(copied[:N].cpu(), torch.full((N,), 7.25))
+
+
 def test_shape_errors_of_launched_ops_raise_at_the_call():
     a, b = torch.ones(3, device="vdev"), torch.ones(4, device="vdev")
     torch.vdev._sleep(BUSY_MS)
@@ -595,3 +630,69 @@ def test_writing_overlapping_elements_raises_at_the_call(write):
 
     assert error("vdev") == error("cpu")
     torch.vdev.synchronize()  # nothing deferred
+
+
+@pytest.mark.parametrize(
+    "update",
+    [
+        lambda w: w.add_(1),
+        lambda w: torch._foreach_add_([w], 1),
+        lambda w: torch.add(w, 1, out=w),
+    ],
+    ids=["in_place", "foreach", "out"],
+)
+def test_a_launched_write_bumps_the_version_once_at_the_launch(update):
+    # The host bumps a written tensor's version when it launches the op; the kernel
+    # running later must not bump it again, or autograd would find a tensor it saved
+    # after the launch changed (a training step without a sync between steps).
+    weight = torch.ones(4, 4, device="vdev", requires_grad=True)
+    torch.vdev._sleep(BUSY_MS)
+    with torch.no_grad():
+        update(weight)  # queued behind the sleep
+    version = weight._version
+    loss = (torch.ones(2, 4, device="vdev") @ weight.t()).sum()  # saves weight
+    torch.vdev.synchronize()  # the update runs
+    assert weight._version == version
+    loss.backward()
+    assert torch.equal(weight.grad.cpu(), torch.full((4, 4), 2.0))
+
+
+def test_launched_kernels_leave_version_counters_to_the_host():
+    # index_add's out= kernel copies `self` into the output with a nested copy_: run
+    # later on the stream, that must not bump the output's version after autograd
+    # saved it (the host counted the op's writes at the launch).
+    base = torch.zeros(4, 3, device="vdev")
+    source = torch.ones(2, 3, device="vdev")
+    index = torch.tensor([0, 2], device="vdev")
+    torch.vdev._sleep(BUSY_MS)
+    added = torch.index_add(base, 0, index, source)
+    written = torch.zeros(4, 3, device="vdev")
+    written.add_(1)
+    versions = (added._version, written._version)
+    torch.vdev.synchronize()
+    assert (added._version, written._version) == versions
+    assert added.sum().item() == 6
+
+
+def test_moe_training_step_with_a_lagging_stream_matches_cpu():
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+    from models import moe_step
+
+    device_step, cpu_step = moe_step("vdev", tokens=64, hidden=16), moe_step("cpu", tokens=64, hidden=16)
+    for _ in range(4):
+        torch.vdev._sleep(20)  # the host runs ahead of the stream
+        device_loss, cpu_loss = device_step(), cpu_step()
+    assert_close(device_loss.cpu(), cpu_loss, rtol=1e-5, atol=1e-6)
+
+
+def test_meta_kernel_table_is_current():
+    import pathlib
+    import subprocess
+    import sys
+
+    generator = pathlib.Path(__file__).resolve().parents[1] / "csrc" / "aten" / "generate_meta_kernels.py"
+    result = subprocess.run([sys.executable, str(generator), "--check"], capture_output=True, text=True)
+    assert result.returncode == 0, "csrc/aten/MetaKernels.inc is stale: run " + str(generator)

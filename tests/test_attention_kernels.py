@@ -1,7 +1,7 @@
-"""CUDA's attention kernels that have no CPU kernel, on vdev (torch.nn.attention.varlen
-and code written for accelerators call them directly): outputs, logsumexp and
-gradients against the math path on the CPU in float32, with FlashAttention's
-bottom-right aligned causal mask and windows."""
+"""CUDA's fused attention ops, which have no CPU kernel, on vdev (torch.nn.attention.varlen
+and code written for accelerators call them directly): FlashAttention's and the
+memory-efficient kernel's outputs, logsumexp and gradients against the math path on
+the CPU in float32, with their causal masks' alignments."""
 
 import math
 
@@ -13,14 +13,18 @@ DEVICE = torch._C._get_privateuse1_backend_name()
 LOW = {"atol": 2e-2, "rtol": 2e-2}
 
 
-def reference(q, k, v, is_causal=False, window=(-1, -1), scale=None):
-    """One sequence, (length, heads, dim) inputs in float32: (output, logsumexp (heads, length))."""
+def reference(q, k, v, is_causal=False, window=(-1, -1), scale=None, bias=None, bottom_right=True):
+    """One sequence, (length, heads, dim) inputs in float32: (output, logsumexp (heads,
+    length)). The causal mask and windows align to the bottom-right corner, or the
+    top-left one; `bias` (heads, queries, keys) is added to the scaled scores."""
     q, k, v = (t.transpose(0, 1).float() for t in (q, k, v))
     group = q.shape[0] // k.shape[0]
     k, v = k.repeat_interleave(group, 0), v.repeat_interleave(group, 0)
     scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
     scores = q @ k.transpose(1, 2) * scale
-    rows = torch.arange(q.shape[1]).unsqueeze(1) + (k.shape[1] - q.shape[1])
+    if bias is not None:
+        scores = scores + bias.float()
+    rows = torch.arange(q.shape[1]).unsqueeze(1) + (k.shape[1] - q.shape[1] if bottom_right else 0)
     keys = torch.arange(k.shape[1]).unsqueeze(0)
     left, right = window[0], 0 if is_causal else window[1]
     allowed = torch.ones(q.shape[1], k.shape[1], dtype=torch.bool)
@@ -129,3 +133,56 @@ def test_varlen_attn_trains_on_vdev():
     assert_close(out.cpu().float(), want.detach(), **LOW)
     for got, expected in zip(leaves, cpu_leaves):
         assert_close(got.grad.cpu().float(), expected.grad, **LOW)
+
+
+@pytest.mark.parametrize("dtype", (torch.float16, torch.float32), ids=str)
+@pytest.mark.parametrize("mask_type", (0, 1, 2))
+def test_efficient_attention_with_a_bias_matches_the_math_path(dtype, mask_type):
+    q, k, v = make(2, 11, 3, 8, dtype=dtype), make(2, 16, 3, 8, dtype=dtype, seed=1), make(2, 16, 3, 4, dtype=dtype, seed=2)
+    bias = make(2, 3, 11, 16, dtype=dtype, seed=3)
+    leaves = [t.to(DEVICE).requires_grad_() for t in (q, k, v, bias)]
+    out, logsumexp, seed, offset, max_q, max_k = torch.ops.aten._efficient_attention_forward(
+        *leaves[:3], leaves[3], None, None, None, None, 0.0, mask_type, True, scale=0.5
+    )
+    assert (out.shape, out.dtype) == ((2, 11, 3, 4), dtype)
+    assert logsumexp.shape == (2, 3, 32) and (max_q, max_k) == (11, 16)
+    grad = make(*out.shape, dtype=dtype, seed=4)
+    (out.float() * grad.to(DEVICE).float()).sum().backward()
+    cpu_leaves = [t.float().requires_grad_() for t in (q, k, v, bias)]
+    total = 0
+    for b in range(2):
+        want_out, want_lse = reference(
+            *(t[b] for t in cpu_leaves[:3]), is_causal=mask_type != 0, scale=0.5, bias=cpu_leaves[3][b],
+            bottom_right=mask_type == 2,
+        )
+        assert_close(out[b].cpu().float(), want_out.detach(), **LOW)
+        assert_close(logsumexp[b, :, :11].cpu(), want_lse.detach(), **LOW)
+        total = total + (want_out * grad[b].float()).sum()
+    total.backward()
+    for got, want in zip(leaves, cpu_leaves):
+        assert got.grad.dtype == dtype
+        assert_close(got.grad.cpu().float(), want.grad, **LOW)
+
+
+def test_efficient_attention_packed_sequences_match_the_math_path():
+    cum_q = torch.tensor([0, 2, 7, 8], dtype=torch.int32)
+    cum_k = torch.tensor([0, 4, 6, 11], dtype=torch.int32)
+    q, k, v = make(1, 8, 2, 8), make(1, 11, 2, 8, seed=1), make(1, 11, 2, 8, seed=2)
+    leaves = [t.to(DEVICE).requires_grad_() for t in (q, k, v)]
+    out, logsumexp, *_ = torch.ops.aten._efficient_attention_forward(
+        *leaves, None, cum_q.to(DEVICE), cum_k.to(DEVICE), 5, 5, 0.0, 2, True
+    )
+    assert logsumexp.shape == (3, 2, 32)
+    grad = make(*out.shape, seed=3)
+    (out.float() * grad.to(DEVICE).float()).sum().backward()
+    cpu_leaves = [t[0].float().requires_grad_() for t in (q, k, v)]
+    total = 0
+    for s in range(3):
+        qs, ks = slice(cum_q[s], cum_q[s + 1]), slice(cum_k[s], cum_k[s + 1])
+        want_out, want_lse = reference(cpu_leaves[0][qs], cpu_leaves[1][ks], cpu_leaves[2][ks], is_causal=True)
+        assert_close(out[0, qs].cpu().float(), want_out.detach(), **LOW)
+        assert_close(logsumexp[s, :, : cum_q[s + 1] - cum_q[s]].cpu(), want_lse.detach(), **LOW)
+        total = total + (want_out * grad[0, qs].float()).sum()
+    total.backward()
+    for got, want in zip(leaves, cpu_leaves):
+        assert_close(got.grad[0].cpu().float(), want.grad, **LOW)

@@ -327,14 +327,14 @@ class CollectiveTests:
 
     def test_collectives_wait_for_pending_kernels(self):
         """Kernels still queued on the current stream when a collective is called (a
-        sleep, a copy queued behind it): the collective communicates what they write.
-        After Work.wait(), work queued on the current stream sees the result."""
+        sleep, an in-place op and a copy queued behind it): the collective communicates
+        what they write. After Work.wait(), work queued on the current stream sees the
+        result."""
         total = sum(2.0 * (r + 1) for r in range(self.world_size))
-        tensor = torch.zeros(4, device=self.device)
-        doubled = torch.full((4,), 2.0 * (self.rank + 1), device=self.device)
+        tensor = torch.full((4,), float(self.rank + 1), device=self.device)
         torch.vdev._sleep(200)
-        tensor.copy_(doubled)
-        self.assertFalse(torch.vdev.current_stream().query())  # the copy is still queued
+        tensor.mul_(2)
+        self.assertFalse(torch.vdev.current_stream().query())  # mul_ is still queued
         dist.all_reduce(tensor)
         torch.testing.assert_close(tensor.cpu(), torch.full((4,), total))
 

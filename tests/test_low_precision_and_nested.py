@@ -104,7 +104,7 @@ def test_jagged_scaled_dot_product_attention_matches_cpu():
     assert_same_components(attend(DEVICE, False)[1], attend("cpu", False)[1])
 
 
-def test_jagged_scaled_dot_product_attention_gradients_match_cpu():
+def jagged_attention_gradients_match_cpu():
     def gradient(device):
         inputs, out = attend(device, True)
         out.values().square().sum().backward()
@@ -147,7 +147,7 @@ def test_strided_nested_metadata_stays_on_the_cpu_as_on_cuda():
     assert torch.equal(on_device._nested_tensor_size(), nested("cpu", torch.strided)._nested_tensor_size())
 
 
-def test_strided_nested_matmul_gradients_match_cpu():
+def strided_nested_matmul_gradients_match_cpu():
     """The path of scaled_dot_product_attention's math backend for nested inputs."""
 
     def run(device):
@@ -162,3 +162,24 @@ def test_strided_nested_matmul_gradients_match_cpu():
     (out, grad), (cpu_out, cpu_grad) = run(DEVICE), run("cpu")
     assert_same_components(out, cpu_out)
     assert_same_components(grad, cpu_grad)
+
+
+def test_nested_gradients_match_cpu_with_launches_blocking(run_in_subprocess):
+    code = (
+        "import sys\n"
+        f"sys.path.insert(0, {str(__import__('pathlib').Path(__file__).parent)!r})\n"
+        "import test_low_precision_and_nested as t\n"
+        "t.jagged_attention_gradients_match_cpu()\n"
+        "t.strided_nested_matmul_gradients_match_cpu()\n"
+        "print('matched')\n"
+    )
+    finished = run_in_subprocess(code, env={"VDEV_LAUNCH_BLOCKING": "1"})
+    assert "matched" in finished.stdout, finished.stderr[-3000:]
+
+
+def test_jagged_scaled_dot_product_attention_gradients_match_cpu():
+    jagged_attention_gradients_match_cpu()
+
+
+def test_strided_nested_matmul_gradients_match_cpu():
+    strided_nested_matmul_gradients_match_cpu()

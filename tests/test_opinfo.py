@@ -69,6 +69,7 @@ def with_accelerator_dtypes(op):
 # Entries with no CPU kernel to compare with, checked elsewhere.
 ACCELERATOR_DTYPES_CHECKED_ELSEWHERE = {
     "torch.ops.aten._flash_attention_forward": "CUDA-only kernel: test_attention_kernels.py checks it against the math path",
+    "torch.ops.aten._efficient_attention_forward": "CUDA-only kernel: test_attention_kernels.py checks it against the math path",
 }
 accelerator_dtype_op_db = [
     with_accelerator_dtypes(op)

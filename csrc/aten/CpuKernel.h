@@ -13,7 +13,6 @@
 #include "runtime/Launch.h"
 
 #include <ATen/core/IListRef.h>
-#include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/core/List.h>
 #include <ATen/core/boxing/impl/boxing.h>
 #include <torch/library.h>
@@ -398,6 +397,16 @@ bool holds_host_tensor(const T& /*other*/) {
   return false;
 }
 
+inline void bump_versions(at::TensorList tensors) {
+  for (const at::Tensor& tensor : tensors) {
+    if (!tensor.is_inference()) {
+      tensor.unsafeGetTensorImpl()->bump_version();
+    }
+  }
+}
+template <class T>
+void bump_versions(const T& /*other*/) {}
+
 // An argument as a queued kernel keeps it until it runs: owned, since the host goes on.
 // Tensors become CPU aliases made at the launch (LaunchAliases: they hold no memory).
 template <class Arg>
@@ -447,24 +456,6 @@ struct Kept<c10::ArrayRef<T>> {
   }
 };
 
-// The versions a queued op bumps, on the host at the launch: ATen's CPU kernel of an
-// in-place foreach op writes each tensor of its first list by an in-place op, whose
-// ADInplaceOrView kernel bumps its version once (unless the caller is below
-// ADInplaceOrView, as in inference mode); fused optimizer kernels write their lists
-// directly and bump none. Bumped on the stream instead, a version would change under
-// autograd's saved tensors at some later point of the host's work.
-template <class First, class... Rest>
-void bump_versions_as_cpu(const char* op_name, const First& first, const Rest&... /*rest*/) {
-  if constexpr (std::is_same_v<First, at::TensorList>) {
-    if (std::string_view(op_name).rfind("aten::_foreach_", 0) == 0 &&
-        !c10::impl::tls_is_dispatch_key_excluded(c10::DispatchKey::ADInplaceOrView)) {
-      for (const at::Tensor& tensor : first) {
-        tensor.unsafeGetTensorImpl()->bump_version();
-      }
-    }
-  }
-}
-
 } // namespace cpu_kernel
 
 // QueuedCpuKernel<Op>::call is the kernel of an op that writes only its arguments
@@ -487,13 +478,20 @@ struct QueuedCpuKernel<Op, void(Args...)> {
       (cpu_kernel::note(checks, args), ...);
       device = checks.device();
     }
-    cpu_kernel::bump_versions_as_cpu(Op::name, args...);
+    // The CPU's foreach kernels write each tensor with an in-place op, which bumps its
+    // version; the kernel's aliases count their own versions (LaunchAliases), so the
+    // host counts those writes now, at the launch.
+    static const bool bumps_versions = std::string_view(Op::name).substr(0, 15) == "aten::_foreach_";
+    if (bumps_versions) {
+      static const OperatorFacts& facts =
+          operator_facts(c10::Dispatcher::singleton().findSchemaOrThrow(Op::name, Op::overload_name));
+      size_t index = 0;
+      ((facts.written[index++] ? cpu_kernel::bump_versions(args) : void()), ...);
+    }
     launch(
         current_stream(device), Op::name,
         [kept = std::make_tuple(cpu_kernel::Kept<Args>::keep(args)...), device]() mutable {
           profiler::ActivityScope activity(profiler::ActivityKind::kKernel, Op::name, device);
-          // Versions were bumped at the launch (bump_versions_as_cpu).
-          at::AutoDispatchBelowADInplaceOrView versions_bumped;
           std::apply(
               [](auto&... argument) {
                 constexpr c10::DispatchKeySet kCpu(c10::DispatchKey::CPU);

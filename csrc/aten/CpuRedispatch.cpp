@@ -315,7 +315,12 @@ at::Tensor CpuRedispatch::to_device(const at::Tensor& cpu) {
         to_device(cpu._values()), cpu.options().device(make_device(device_)), cpu.is_coalesced());
   }
   if (cpu.is_nested()) {
-    return nested_over(to_device(whole_storage(cpu)), *at::native::get_nested_tensor_impl(cpu));
+    // Its sizes, strides and offsets were allocated while the kernel ran, from device
+    // memory: they become ordinary CPU tensors, as CUDA's nested tensors hold.
+    const at::native::NestedTensorImpl& nested = *at::native::get_nested_tensor_impl(cpu);
+    return at::detail::make_tensor<at::native::NestedTensorImpl>(
+        to_device(whole_storage(cpu)), nested.get_nested_sizes().clone(), nested.get_nested_strides().clone(),
+        nested.get_storage_offsets().clone());
   }
   if (at::sparse_csr::is_sparse_compressed(cpu)) {
     return at::_sparse_compressed_tensor_unsafe(
@@ -343,10 +348,12 @@ at::Tensor CpuRedispatch::to_device(const at::Tensor& cpu) {
     return device_tensor_for(cpu.storage(), cpu);
   }
   // Memory the kernel did not allocate through the CPU allocator (a constant, a
-  // CPU argument returned as is): the one case that needs a copy.
+  // CPU argument returned as is): the one case that needs a copy. A copy from pageable
+  // memory, which waits for the stream: the fresh block may be one that queued work
+  // still uses (a view op's kernel ran without waiting).
   at::Tensor result =
       at::empty_strided(cpu.sizes(), cpu.strides(), cpu.options().device(make_device(device_)));
-  cpu_alias(result).copy_(cpu);
+  result.copy_(cpu);
   return result;
 }
 

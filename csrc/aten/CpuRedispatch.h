@@ -90,12 +90,15 @@ class CpuRedispatch {
   // Everything that must hold while the CPU kernel runs on the calling thread, which is
   // the device work of the op `name` (recorded for the profiler). Unless the op only
   // makes views (`reads_memory` false), it first waits for the work queued on the
-  // device's current stream (synchronize_for_host_op).
+  // device's current stream (synchronize_for_host_op), and the kernel's allocations
+  // come from the device's memory. A view op's do not: the host writes them at once (a
+  // nested view's sizes and strides), and without that wait the caching allocator may
+  // hand out a block that work still queued on the stream writes.
   class Scope {
    public:
     Scope(c10::DeviceIndex device, const char* name, bool reads_memory = true)
         : queued_work_done_(device, name, reads_memory),
-          route_(device),
+          route_(reads_memory ? device : -1),
           activity_(profiler::ActivityKind::kKernel, name, device) {
       // Ops almost always run on the current device: the guard's virtual calls are
       // then skipped.

@@ -144,7 +144,7 @@ at::Tensor LaunchAliases::alias(const at::Tensor& tensor) {
   const c10::StorageImpl* device_storage = tensor.storage().unsafeGetStorageImpl();
   for (const auto& [shown, alias_storage] : storages_) {
     if (shown == device_storage) {
-      return cpu_alias_over(tensor, alias_storage);
+      return cpu_alias_over(tensor, alias_storage, AliasVersion::kOwn);
     }
   }
   c10::Storage alias_storage(c10::make_intrusive<c10::StorageImpl>(
@@ -152,7 +152,7 @@ at::Tensor LaunchAliases::alias(const at::Tensor& tensor) {
       c10::DataPtr(const_cast<void*>(device_storage->data()), c10::Device(c10::kCPU)),
       /*allocator=*/nullptr, /*resizable=*/false));
   storages_.emplace_back(device_storage, alias_storage);
-  return cpu_alias_over(tensor, std::move(alias_storage));
+  return cpu_alias_over(tensor, std::move(alias_storage), AliasVersion::kOwn);
 }
 
 namespace {
@@ -265,10 +265,10 @@ at::Tensor shared_cpu_alias(const at::Tensor& tensor) {
 }
 } // namespace
 
-at::Tensor cpu_alias_over(const at::Tensor& tensor, c10::Storage alias_storage) {
+at::Tensor cpu_alias_over(const at::Tensor& tensor, c10::Storage alias_storage, AliasVersion version) {
   // The alias is an inference tensor exactly when the tensor is one (a TensorImpl
-  // takes that from the mode it is made in), and shares the tensor's version counter:
-  // a write through the alias bumps the tensor's version as the same write on CPU would.
+  // takes that from the mode it is made in). Sharing the tensor's version counter, a
+  // write through the alias bumps the tensor's version as the same write on CPU would.
   std::optional<c10::InferenceMode> same_inference_mode;
   if (tensor.is_inference() != c10::InferenceMode::is_enabled()) {
     same_inference_mode.emplace(tensor.is_inference());
@@ -279,7 +279,7 @@ at::Tensor cpu_alias_over(const at::Tensor& tensor, c10::Storage alias_storage) 
   impl->set_sizes_and_strides(tensor.sizes(), tensor.strides(), tensor.storage_offset());
   impl->_set_conj(tensor.is_conj());
   impl->_set_neg(tensor.is_neg());
-  if (!tensor.is_inference()) {
+  if (version == AliasVersion::kShared && !tensor.is_inference()) {
     impl->set_version_counter(tensor.unsafeGetTensorImpl()->version_counter());
   }
   return alias;

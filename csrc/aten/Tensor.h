@@ -130,7 +130,13 @@ void end_copy_on_write(const at::Tensor& tensor);
 // The same over `alias_storage`, an alias storage of `tensor`'s device storage made
 // for another tensor. ATen's overlap checks (in-place ops, copies) compare storages,
 // so tensors that share memory must reach one kernel as aliases sharing one storage.
-at::Tensor cpu_alias_over(const at::Tensor& tensor, c10::Storage alias_storage);
+// An alias for the calling thread shares the tensor's version counter; one for a kernel
+// launched on a stream has its own: the host bumped the version when it launched the
+// op, and a bump when the kernel runs would come at a time the host cannot order
+// (autograd would see a saved tensor change under it).
+enum class AliasVersion { kShared, kOwn };
+at::Tensor cpu_alias_over(
+    const at::Tensor& tensor, c10::Storage alias_storage, AliasVersion version = AliasVersion::kShared);
 
 // cpu_alias for the arguments of a CPU kernel, leaving copy-on-write memory shared (the
 // caller ends the sharing of the arguments the kernel writes). Making an alias (a TensorImpl and a

@@ -20,6 +20,9 @@ import sys
 import warnings
 
 os.environ["VDEV_ACCELERATOR_DTYPES"] = "0"  # discover from what the CPU kernels take
+# Kernels run at their launch, so an op the CPU kernel refuses raises at its call
+# (queued, its error would surface at a later synchronization, under another op).
+os.environ["VDEV_LAUNCH_BLOCKING"] = "1"
 
 import torch  # noqa: E402
 from torch.testing._internal.common_methods_invocations import op_db

@@ -5,6 +5,9 @@
 // work (as cudaLaunchKernel's), both correlated with the CPU operator that launched
 // them; stream waits, event records and synchronizations as runtime events.
 #include "profiler/DeviceActivity.h"
+#include "runtime/Stream.h"
+
+#include <torch_vdev/vdev.h>
 
 #include <torch_vdev/Backend.h>
 
@@ -71,18 +74,30 @@ std::string device_name(c10::DeviceIndex device) {
   return std::string(kBackendName) + " " + std::to_string(device);
 }
 
+void synchronize_all_devices() {
+  for (c10::DeviceIndex device = 0; device < device_count(); ++device) {
+    synchronize_device(device);
+  }
+}
+
 class Session final : public libkineto::IActivityProfilerSession {
  public:
   explicit Session(std::set<ActivityType> activity_types)
       : activity_types_(std::move(activity_types)) {}
 
+  // A session records the device work launched while it runs: the work queued on the
+  // streams' workers before it starts is finished first, and the work launched
+  // during it before it stops (as torch.cuda.synchronize() ends a CUDA profile,
+  // here for every vdev device).
   void start() override {
+    synchronize_all_devices();
     start_ns_ = now_ns();
     start_recording();
     status_ = libkineto::TraceStatus::RECORDING;
   }
 
   void stop() override {
+    synchronize_all_devices();
     stop_recording();
     end_ns_ = now_ns();
     records_ = take_recorded();

@@ -721,7 +721,7 @@ class CpuViewAllocator final : public c10::Allocator {
   }
 
   void copy_data(void* dest, const void* src, std::size_t count) const override {
-    default_copy_data(dest, src, count);
+    copy_device_memory(dest, src, count);
   }
 
  private:

@@ -4,6 +4,7 @@
 #include "runtime/RuntimeError.h"
 #include "runtime/Stream.h"
 
+#include <ATen/Parallel.h>
 #include <ATen/ThreadLocalState.h>
 
 #include <exception>
@@ -28,6 +29,11 @@ struct Kernel {
 // A kernel may run many times: once per launch of a graph that recorded it.
 void run_kernel(void* data) {
   auto* kernel = static_cast<Kernel*>(data);
+  // A stream's worker is a thread of the runtime: its kernels use as many intra-op
+  // threads as torch.set_num_threads asked for (OpenMP's count is per thread), as
+  // the autograd engine's threads do.
+  thread_local const bool intra_op_threads_set = (at::init_num_threads(), true);
+  (void)intra_op_threads_set;
   try {
     at::ThreadLocalStateGuard state(kernel->launching_thread);
     std::optional<profiler::LaunchedWork> launched;
