@@ -546,6 +546,117 @@ def test_a_queued_copy_refuses_a_source_that_does_not_broadcast_at_the_call(sour
 
 
 @pytest.mark.parametrize(
+    "size, stride, new_size",
+    [((10,), (1,), (20,)), ((2, 3, 4), (1, 4, 12), (4, 3, 4)), ((2, 3), None, (3, 5))],
+    ids=["1-d", "strided", "2-d"],
+)
+@pytest.mark.parametrize("deterministic", [False, True], ids=["plain", "deterministic fill"])
+def test_resize_keeps_values_queued_kernels_wrote(size, stride, new_size, deterministic):
+    # A growing storage's bytes are copied after the kernels queued to write them (on
+    # the stream, as CUDA's resize), never read on the host before those ran.
+    def resized(device):
+        values = torch.arange(1, 1 + torch.Size(size).numel(), dtype=torch.float32).reshape(size)
+        if device == "vdev":
+            torch.vdev._sleep(BUSY_MS)
+        tensor = torch.empty_strided(size, stride or values.stride(), device=device)
+        old_numel = tensor.untyped_storage().nbytes() // 4
+        tensor.as_strided((old_numel,), (1,)).zero_()  # the gaps between strided elements too
+        tensor.copy_(values)
+        torch.use_deterministic_algorithms(deterministic)
+        try:
+            tensor.resize_(new_size)
+        finally:
+            torch.use_deterministic_algorithms(False)
+        storage = torch.tensor(tensor.untyped_storage(), dtype=torch.float32).cpu()
+        return storage[:old_numel], storage[old_numel:]
+
+    vdev_old, vdev_new = resized("vdev")
+    cpu_old, cpu_new = resized("cpu")
+    assert_close(vdev_old, cpu_old)
+    assert vdev_old.count_nonzero() == torch.Size(size).numel()
+    if deterministic:
+        assert vdev_new.isnan().all() and cpu_new.isnan().all()
+
+
+def test_untyped_storage_resize_keeps_values_queued_kernels_wrote():
+    torch.vdev._sleep(BUSY_MS)
+    tensor = torch.arange(6.0, device="vdev")
+    tensor.untyped_storage().resize_(12 * 4)
+    assert_close(torch.tensor(tensor.untyped_storage(), dtype=torch.float32)[:6].cpu(), torch.arange(6.0))
+
+
+@pytest.mark.parametrize("op", ["_foreach_add_", "_foreach_zero_", "_fused_sgd_"])
+def test_queued_list_ops_bump_versions_on_the_host_as_cpu(op):
+    # Autograd checks saved tensors' versions on the host: a version bumped on the
+    # stream would change under it at some later point (the optimizer step's bump
+    # landing after the next forward saved the parameters).
+    def versions(device):
+        params = [torch.ones(8, device=device) for _ in range(2)]
+        grads = [torch.ones(8, device=device) for _ in range(2)]
+        if device == "vdev":
+            torch.vdev._sleep(BUSY_MS)
+        with torch.no_grad():
+            if op == "_foreach_add_":
+                torch._foreach_add_(params, grads, alpha=-0.1)
+            elif op == "_foreach_zero_":
+                torch._foreach_zero_(params)
+            else:
+                torch._fused_sgd_(
+                    params, grads, [], weight_decay=0.0, momentum=0.0, lr=0.1, dampening=0.0,
+                    nesterov=False, maximize=False, is_first_step=True,
+                )
+        at_the_call = [p._version for p in params + grads]
+        torch.vdev.synchronize()
+        return at_the_call, [p._version for p in params + grads]
+
+    cpu_versions, _ = versions("cpu")
+    at_the_call, after_sync = versions("vdev")
+    assert at_the_call == cpu_versions
+    assert after_sync == cpu_versions
+
+
+def test_optimizer_step_leaves_the_next_backward_its_saved_versions():
+    # The failure test_torch's test_grad_scaling_* met: SGD's foreach step bumped the
+    # parameters' versions on the stream, after the next forward saved them.
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)).to("vdev")
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, foreach=True)
+    data = torch.randn(8, 8, device="vdev")
+    for _ in range(3):
+        optimizer.zero_grad()
+        model(data).square().mean().backward()
+        torch.vdev._sleep(BUSY_MS)
+        optimizer.step()
+        loss = model(data).square().mean()
+        loss.backward()  # raised "modified by an inplace operation" before the fix
+
+
+@pytest.mark.parametrize(
+    "write",
+    [
+        lambda out: torch.linspace(1, 10, 10, out=out),
+        lambda out: torch.logspace(1, 10, 10, out=out),
+        lambda out: out.add_(1),
+        lambda out: torch.mul(torch.ones(10, device=out.device), 2, out=out),
+    ],
+    ids=["linspace", "logspace", "in-place", "out="],
+)
+def test_writing_overlapping_elements_raises_at_the_call(write):
+    # CUDA checks a written tensor's internal overlap on the host; linspace's meta
+    # kernel does not, so the launched kernel raised at the next synchronization.
+    def error(device):
+        expanded = torch.rand(1, device=device).expand(10)
+        if device == "vdev":
+            torch.vdev._sleep(BUSY_MS)
+        with pytest.raises(RuntimeError) as raised:
+            write(expanded)
+        return str(raised.value)
+
+    assert error("vdev") == error("cpu")
+    torch.vdev.synchronize()  # nothing deferred
+
+
+@pytest.mark.parametrize(
     "update",
     [
         lambda w: w.add_(1),

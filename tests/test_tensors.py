@@ -235,13 +235,16 @@ def test_lazy_clone_stays_shared_when_read():
         lambda t: t.copy_(torch.full((4,), 5.0)),
         lambda t: t.__setitem__(1, 9.0),
         lambda t: torch.mul(torch.ones(4, device=t.device), 3, out=t),
+        lambda t: torch._foreach_add_([t], 1),
     ],
-    ids=["in-place op", "fill_", "copy_", "setitem", "out="],
+    ids=["in-place op", "fill_", "copy_", "setitem", "out=", "foreach op"],
 )
 @pytest.mark.parametrize("written", ["clone", "original"])
 def test_writing_a_lazy_clone_leaves_the_other_unchanged(write, written):
     cpu_original = torch.arange(4.0)
     cpu_clone = torch._lazy_clone(cpu_original)
+    # The write copies the shared memory first, which must wait for the queued arange.
+    torch.vdev._sleep(100)
     original = torch.arange(4.0, device="vdev")
     clone = torch._lazy_clone(original)
     write(clone if written == "clone" else original)

@@ -440,6 +440,9 @@ struct Kept<at::TensorList> {
     type aliases;
     aliases.reserve(tensors.size());
     for (const at::Tensor& tensor : tensors) {
+      // Queued ops write lists (a foreach op's self, a fused optimizer's lists): a lazy
+      // clone's shared memory is copied first, so its other sharers keep their values.
+      end_copy_on_write(tensor);
       aliases.push_back(launch_aliases.alias(tensor));
     }
     return aliases;

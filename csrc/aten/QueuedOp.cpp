@@ -11,6 +11,7 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/EmptyTensor.h>
+#include <ATen/MemoryOverlap.h>
 #include <c10/core/StorageImpl.h>
 
 #include <exception>
@@ -290,8 +291,16 @@ bool launch_op(const c10::OperatorHandle& op, const OperatorFacts& facts, torch:
   const size_t argument_count = facts.written.size();
   const size_t first = stack->size() - argument_count;
   const c10::ArrayRef<c10::IValue> arguments(stack->data() + first, argument_count);
-  for (const c10::IValue& value : arguments) {
+  for (size_t i = 0; i < argument_count; ++i) {
+    const c10::IValue& value = arguments[i];
     if (value.isTensor() && !launchable_argument(value.toTensor(), facts.accelerator_dtypes)) {
+      return false;
+    }
+    // A written tensor whose elements share memory (expanded) is refused by most CPU
+    // kernels, which CUDA's refuse on the host; not every meta kernel checks it
+    // (linspace's out=). On the calling thread the CPU kernel raises at the call.
+    if (facts.written[i] && value.isTensor() && value.toTensor().defined() &&
+        at::has_internal_overlap(value.toTensor()) == at::MemOverlap::Yes) {
       return false;
     }
     if (value.isList()) {

@@ -2,14 +2,12 @@
 // TensorImpls; resizing reallocates through the storage's (vdev) allocator.
 #include "aten/Tensor.h"
 #include "runtime/Allocator.h"
-#include "runtime/StorageResize.h"
 
 #include <ATen/InferSize.h>
 #include <ATen/TensorUtils.h>
 #include <ATen/native/Resize.h>
+#include <ATen/native/ResizeCommon.h>
 #include <torch/library.h>
-
-#include <algorithm>
 
 #include <ATen/ops/_conj_native.h>
 #include <ATen/ops/_neg_view_native.h>
@@ -46,18 +44,24 @@ at::Tensor reshape_alias(const at::Tensor& self, c10::IntArrayRef size, c10::Int
   return view_of_storage(self.storage(), self, size, stride, self.storage_offset());
 }
 
+// ATen's CPU resize_ would copy a growing storage's bytes on the host at once, before
+// the queued kernels that write them ran: the storage grows on the stream first
+// (resize_device_storage), then ATen sets the geometry.
 const at::Tensor& resize(
     const at::Tensor& self, c10::IntArrayRef size, std::optional<c10::MemoryFormat> memory_format) {
-  // A storage that must grow grows here, waiting for queued work (ATen's resize_ would
-  // copy it on the host at once). Negative sizes are left to ATen's error.
-  if (self.has_storage() && std::all_of(size.begin(), size.end(), [](int64_t extent) { return extent >= 0; })) {
-    const size_t needed =
-        at::detail::computeStorageNbytesContiguous(size, self.dtype().itemsize(), self.storage_offset());
-    if (needed > self.storage().nbytes()) {
-      resize_storage_bytes(self.storage().unsafeGetStorageImpl(), needed);
-    }
+  c10::StorageImpl* storage = self.storage().unsafeGetStorageImpl();
+  const size_t old_nbytes = storage->nbytes();
+  const size_t nbytes = at::detail::computeStorageNbytesContiguous(size, self.itemsize(), self.storage_offset());
+  const bool grows = c10::multiply_integers(size) > 0 && nbytes > old_nbytes;
+  if (grows) {
+    resize_device_storage(storage, nbytes);
   }
-  return at::native::resize_(self, size, memory_format);
+  at::native::resize_(self, size, memory_format);
+  if (grows && at::globalContext().deterministicAlgorithms() &&
+      at::globalContext().deterministicFillUninitializedMemory()) {
+    at::native::fill_resize_deterministic_(self, static_cast<int64_t>(old_nbytes));
+  }
+  return self;
 }
 
 // ATen's generic kernels for these views make plain TensorImpls; the result is

@@ -1,13 +1,15 @@
 #include "runtime/Allocator.h"
 
+#include "profiler/DeviceActivity.h"
 #include "profiler/MemoryEvents.h"
 #include "runtime/AllocatorConfig.h"
 #include "runtime/Device.h"
-#include "runtime/HostAccess.h"
+#include "runtime/Launch.h"
 #include "runtime/RuntimeError.h"
 #include "runtime/Stream.h"
 
 #include <c10/core/CPUAllocator.h>
+#include <c10/core/StorageImpl.h>
 #include <c10/util/Exception.h>
 #include <c10/util/flat_hash_map.h>
 
@@ -146,18 +148,6 @@ void free_segments(const std::vector<void*>& segments) {
 }
 
 void free_device_block(void* ptr);
-
-// The allocators' copy_data: c10 copies a storage's memory on the host with it when it
-// grows the storage (resize_) or materializes a lazy clone (copy-on-write). The copy
-// reads the old block and writes a fresh one at once, so the work queued on the
-// device's current stream - which may still write the one, or read the block the other
-// held before it was freed - must be complete first.
-void copy_device_memory(void* dest, const void* src, std::size_t count) {
-  if (count > 0) {
-    synchronize_for_host_op(device_of_pointer(dest).index(), "c10::Allocator::copy_data");
-  }
-  std::memcpy(dest, src, count);
-}
 
 // The pools' lock. It is held for a few hash-map operations at a time (the rare
 // segment allocation and cache release aside), so a waiter spins briefly, then
@@ -761,6 +751,8 @@ c10::DeleterFnPtr CachingAllocator::raw_deleter() const {
   return &free_device_block;
 }
 
+// Allocator::clone's copy: a lazy clone's copy-on-write memory materialized when first
+// written. Queued like every copy between device memory.
 void CachingAllocator::copy_data(void* dest, const void* src, std::size_t count) const {
   copy_device_memory(dest, src, count);
 }
@@ -818,6 +810,35 @@ bool owns_device_memory(const c10::DataPtr& data_ptr) {
 
 void adopt_device_memory(c10::DataPtr& data_ptr, c10::DeviceIndex device) {
   data_ptr.unsafe_set_device(make_device(device));
+}
+
+void copy_device_memory(void* dest, const void* src, size_t count) {
+  if (count == 0) {
+    return;
+  }
+  const c10::DeviceIndex device = device_of_pointer(src).index();
+  const c10::Stream stream = current_stream(device);
+  // The source may be freed before the copy runs (a lazy clone's last sharer letting
+  // go): its block waits for this stream as a recorded tensor's does.
+  if (pools().owns(src)) {
+    pools().record_stream(const_cast<void*>(src), stream);
+  }
+  launch(stream, "Memcpy DtoD (Device -> Device)", [dest, src, count, device]() {
+    profiler::ActivityScope activity(
+        profiler::ActivityKind::kMemcpy, "Memcpy DtoD (Device -> Device)", device, static_cast<int64_t>(count));
+    std::memcpy(dest, src, count);
+  });
+}
+
+void resize_device_storage(c10::StorageImpl* storage, size_t nbytes) {
+  TORCH_CHECK(storage->resizable(), "Trying to resize storage that is not resizable");
+  c10::DataPtr grown;
+  if (nbytes != 0) {
+    grown = storage->allocator()->allocate(nbytes);
+  }
+  copy_device_memory(grown.get(), storage->data(), std::min(nbytes, storage->nbytes()));
+  storage->set_data_ptr_noswap(std::move(grown));
+  storage->set_nbytes(nbytes);
 }
 
 c10::Allocator* cpu_view_allocator(c10::DeviceIndex device) {

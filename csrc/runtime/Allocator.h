@@ -6,6 +6,10 @@
 
 #include <vector>
 
+namespace c10 {
+struct StorageImpl;
+} // namespace c10
+
 namespace vdev {
 
 // Device memory comes from the device runtime (vdrtMalloc: 64-byte aligned host RAM
@@ -40,6 +44,15 @@ bool owns_device_memory(const c10::DataPtr& data_ptr);
 
 // Makes a DataPtr of `device`'s memory that was reported as CPU report `device` again.
 void adopt_device_memory(c10::DataPtr& data_ptr, c10::DeviceIndex device);
+
+// Copies `count` bytes between blocks of device memory on the current stream of
+// `src`'s device, after the work queued there (as CUDA's cudaMemcpyAsync): a copy on
+// the host would read memory queued kernels have not written yet.
+void copy_device_memory(void* dest, const void* src, size_t count);
+
+// Grows or shrinks a device storage as CUDA's resize_bytes_cuda: new memory from its
+// allocator, the bytes kept copied by copy_device_memory.
+VDEV_API void resize_device_storage(c10::StorageImpl* storage, size_t nbytes);
 
 // An allocator that hands out `device`'s memory reported as CPU: the allocator of
 // CPU alias storages, so a CPU kernel that resizes an alias allocates device memory.

@@ -2,9 +2,9 @@
 #include "runtime/Device.h"
 #include "runtime/Generator.h"
 #include "runtime/HostAllocator.h"
-#include "runtime/StorageResize.h"
 
 #include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <ATen/native/Resize.h>
 
 namespace vdev {
 namespace {
@@ -69,7 +69,7 @@ struct Hooks final : public at::PrivateUse1HooksInterface {
   }
 
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t new_bytes) const override {
-    resize_storage_bytes(storage.unsafeGetStorageImpl(), new_bytes);
+    resize_device_storage(storage.unsafeGetStorageImpl(), new_bytes);
   }
 };
 
