@@ -107,7 +107,10 @@ def test_half_precision_fft_gradients_and_out_match_float32_cast_back(transform)
     autograd kernels run them in float32 and return CUDA's dtypes, with gradients in
     float16 and out= results written in out's dtype."""
     function = getattr(torch.fft, transform)
-    values = torch.randn(4, 8, generator=torch.Generator().manual_seed(0)).half()
+    # cuFFT's half-precision signal sizes are powers of two: a complex-to-real
+    # transform's last one is its output's, 2 * (5 - 1).
+    last = 5 if transform in ("irfft", "hfft2") else 8
+    values = torch.randn(4, last, generator=torch.Generator().manual_seed(0)).half()
     on_device = values.to(DEVICE).requires_grad_()
     reference_input = values.float().requires_grad_()
     result, reference = function(on_device), function(reference_input)
@@ -122,6 +125,77 @@ def test_half_precision_fft_gradients_and_out_match_float32_cast_back(transform)
     out = torch.empty(0, dtype=narrow, device=DEVICE)
     assert function(values.to(DEVICE), out=out) is out
     torch.testing.assert_close(out.cpu(), reference.detach().to(narrow), **tolerance(narrow))
+
+
+CUFFT_HALF_SIZES = "cuFFT only supports dimensions whose sizes are powers of two when computing in half precision"
+
+
+# (transform, input shape, keyword arguments, the signal sizes of CUDA's failing plan)
+NON_POWER_OF_TWO_SIGNALS = [
+    ("fft", (4, 6), {}, [6]),
+    ("fft", (4, 8), {"n": 12}, [12]),
+    ("rfft", (3, 10), {}, [10]),
+    ("irfft", (4, 8), {}, [14]),  # the output's size, 2 * (8 - 1)
+    ("irfft", (4, 8), {"n": 6}, [6]),
+    ("fft2", (6, 8), {}, [6, 8]),
+    ("fft2", (8, 8), {"s": (8, 3)}, [8, 3]),
+    # Five dimensions: CUDA's first plan transforms the last three, its second these.
+    ("fftn", (3, 2, 2, 4, 8), {}, [3, 2]),
+    # Dimensions from (0, 1): CUDA's complex-to-complex plan comes before the last one's.
+    ("irfftn", (6, 4, 5), {}, [6, 4]),
+]
+
+
+def with_half_dtypes(cases):
+    """Each case with a float16 input and, for the transforms of complex input, complex32."""
+    return [
+        (*case, dtype)
+        for case in cases
+        for dtype in (torch.float16, torch.complex32)
+        if not (case[0] == "rfft" and dtype == torch.complex32)
+    ]
+
+
+@pytest.mark.parametrize("transform,shape,kwargs,signal,dtype", with_half_dtypes(NON_POWER_OF_TWO_SIGNALS))
+def test_half_precision_fft_of_a_non_power_of_two_size_raises_cudas_error(transform, shape, kwargs, signal, dtype):
+    """cuFFT plans half-precision transforms only for power-of-two signal sizes; CUDA
+    raises its error for the others (functional and out=), and vdev the same."""
+    values = torch.randn(shape, dtype=torch.complex64 if dtype.is_complex else torch.float32).to(dtype).to(DEVICE)
+    function = getattr(torch.fft, transform)
+    out_dtype = torch.float16 if transform.startswith("irfft") else torch.complex32
+    message = f"{CUFFT_HALF_SIZES}, but got a signal size of\\[{', '.join(map(str, signal))}\\]$"
+    with pytest.raises(RuntimeError, match=message):
+        function(values, **kwargs)
+    with pytest.raises(RuntimeError, match=message):
+        function(values, **kwargs, out=torch.empty(0, dtype=out_dtype, device=DEVICE))
+    # Only half precision is refused: the same transform in single precision runs.
+    wide = torch.complex64 if dtype.is_complex else torch.float32
+    torch.testing.assert_close(function(values.to(wide), **kwargs).cpu(), function(values.cpu().to(wide), **kwargs))
+
+
+# (transform, input shape, keyword arguments): every signal size a power of two.
+POWER_OF_TWO_SIGNALS = [
+    ("fft", (4, 8), {}),
+    ("fft", (3, 6), {"n": 16}),
+    ("rfft", (3, 16), {}),
+    ("irfft", (4, 9), {}),
+    ("irfft", (4, 7), {"n": 4}),
+    ("fft2", (4, 8), {}),
+    ("fft2", (6, 5), {"s": (8, 2)}),
+    ("fftn", (2, 3, 4, 8), {"dim": (0, 2, 3)}),
+    ("ifftn", (2, 2, 2, 4, 8), {}),  # five dimensions: two cuFFT plans
+]
+
+
+@pytest.mark.parametrize("transform,shape,kwargs,dtype", with_half_dtypes(POWER_OF_TWO_SIGNALS))
+def test_half_precision_fft_of_power_of_two_sizes_matches_float32_cast_back(transform, shape, kwargs, dtype):
+    wide = torch.complex64 if dtype.is_complex else torch.float32
+    values = torch.randn(shape, dtype=wide, generator=torch.Generator().manual_seed(0)).to(dtype)
+    function = getattr(torch.fft, transform)
+    result, reference = function(values.to(DEVICE), **kwargs), function(values.to(wide), **kwargs)
+    narrow = torch.complex32 if reference.is_complex() else torch.float16
+    assert result.dtype == narrow
+    torch.testing.assert_close(result.cpu(), reference.to(narrow), **tolerance(narrow))
 
 
 def test_bfloat16_ffts_are_refused_as_on_cuda():
