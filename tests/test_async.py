@@ -720,3 +720,26 @@ def test_meta_kernel_table_is_current():
     generator = pathlib.Path(__file__).resolve().parents[1] / "csrc" / "aten" / "generate_meta_kernels.py"
     result = subprocess.run([sys.executable, str(generator), "--check"], capture_output=True, text=True)
     assert result.returncode == 0, "csrc/aten/MetaKernels.inc is stale: run " + str(generator)
+
+
+def test_a_fork_waits_for_queued_kernels():
+    # A fork copies only the forking thread: a worker in the middle of a kernel could
+    # hold a lock or a one-time initialisation that the child would wait for forever.
+    import os
+    import signal
+    import time
+
+    stream = torch.vdev.current_stream()
+    torch.vdev._sleep(BUSY_MS)
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0 if torch.arange(4.0).sum().item() == 6 else 1)
+    assert stream.query()  # the parent forked once the queued work was done
+    deadline = time.monotonic() + 60
+    while (finished := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if finished[0] == 0:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child hung")
+    assert os.waitstatus_to_exitcode(finished[1]) == 0

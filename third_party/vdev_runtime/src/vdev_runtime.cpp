@@ -15,6 +15,7 @@
 
 #include "vdev_runtime.h"
 
+#include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -632,7 +633,14 @@ class Runtime {
   vdrtStream* add_stream(int device, int priority) {
     auto stream = std::make_shared<vdrtStream>(device, priority);
     std::lock_guard<std::mutex> lock(streams_mutex_);
-    std::call_once(exit_handler_registered_, [] { std::atexit(&Runtime::drain_at_exit); });
+    std::call_once(process_handlers_registered_, [] {
+      std::atexit(&Runtime::drain_all_streams);
+      // A fork copies only the forking thread: a worker in the middle of a kernel may
+      // hold a lock or a one-time initialisation (a function's static) that the child
+      // would then wait for forever, even in host-only work. The parent forks once its
+      // streams' work is complete.
+      pthread_atfork(&Runtime::drain_all_streams, nullptr, nullptr);
+    });
     devices_[static_cast<size_t>(device)].streams.push_back(stream);
     return stream.get();
   }
@@ -691,13 +699,13 @@ class Runtime {
 
   // Work still queued at exit runs to completion before static destructors (of the
   // libraries it calls into) run.
-  static void drain_at_exit();
+  static void drain_all_streams();
 
   std::unique_ptr<std::atomic<size_t>[]> used_;
   std::mutex allocations_mutex_;
   std::map<const char*, Allocation> allocations_;
   std::mutex streams_mutex_;
-  std::once_flag exit_handler_registered_;
+  std::once_flag process_handlers_registered_;
   std::unique_ptr<DeviceStreams[]> devices_;
 };
 
@@ -707,7 +715,7 @@ Runtime& runtime() {
   return *instance;
 }
 
-void Runtime::drain_at_exit() {
+void Runtime::drain_all_streams() {
   Runtime& self = runtime();
   for (int device = 0; device < self.config.device_count; ++device) {
     for (const auto& stream : self.streams_of(device)) {
