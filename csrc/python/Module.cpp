@@ -138,6 +138,14 @@ PYBIND11_MODULE(_C, m) {
     });
   });
   m.def("memory_capacity", [](int index) { return vdev::memory_capacity(to_index(index)); });
+  vdev::set_generator_wait([](void (*wait)(const vdev::GeneratorImpl&), const vdev::GeneratorImpl& generator) {
+    if (PyGILState_Check() != 0) {
+      py::gil_scoped_release no_gil;
+      wait(generator);
+    } else {
+      wait(generator);
+    }
+  });
   m.def("default_generators", [] {
     py::tuple generators(vdev::device_count());
     for (c10::DeviceIndex index = 0; index < vdev::device_count(); ++index) {

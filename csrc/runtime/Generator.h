@@ -4,10 +4,23 @@
 
 #include <ATen/core/Generator.h>
 
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+
 namespace vdev {
 
 // A vdev generator keeps its state in a CPU generator that it shares with the CPU
 // kernels run on its behalf, so a seeded vdev run draws exactly what CPU draws.
+//
+// Random kernels launched on a stream draw when they run, on the stream's worker, under
+// the CPU generator's mutex (as ATen's CPU kernels lock it). So the host's accesses to
+// the state (seeding, get_state/set_state, the offset, graph-safe states, clone) first
+// wait for the work queued on the streams of the devices whose kernels draw from it:
+// the host then sees and sets the state the kernels launched so far leave, and a seeded
+// sequence of launches (or of graph replays) repeats. As with CUDA, where draws are
+// ordered by launch, one generator drawn from on two streams at once gives an order
+// that depends on timing.
 class GeneratorImpl final : public c10::GeneratorImpl {
  public:
   explicit GeneratorImpl(c10::DeviceIndex device);
@@ -19,26 +32,57 @@ class GeneratorImpl final : public c10::GeneratorImpl {
   uint64_t seed() override;
   void set_state(const c10::TensorImpl& new_state) override;
   c10::intrusive_ptr<c10::TensorImpl> get_state() const override;
+  // As CUDA's: a generator sharing this one's state (its CPU generator), and taking
+  // another's to share.
+  void graphsafe_set_state(const c10::intrusive_ptr<c10::GeneratorImpl>& state) override;
+  c10::intrusive_ptr<c10::GeneratorImpl> graphsafe_get_state() const override;
 
-  // The CPU generator holding this generator's state.
-  const at::Generator& cpu_generator() const {
-    return cpu_;
-  }
+  // The CPU generator holding this generator's state, for a kernel that runs now on
+  // the calling thread.
+  at::Generator cpu_generator() const;
+  // The CPU generator a kernel launched on `device`'s streams draws from when it runs
+  // (it keeps it alive); the host's accesses then wait for that device's streams.
+  at::Generator cpu_generator_for_launch(c10::DeviceIndex device);
 
  private:
   GeneratorImpl(c10::DeviceIndex device, at::Generator cpu);
   GeneratorImpl* clone_impl() const override;
 
+  // Waits for the work queued on the devices whose launched kernels draw from this
+  // generator (through the GeneratorWait set).
+  void wait_for_draws() const;
+  static void synchronize_launch_devices(const GeneratorImpl& generator);
+  // wait_for_draws, then locks the CPU generator (whose mutex the kernels take).
+  std::unique_lock<std::mutex> access_state() const;
+
+  // Guards which CPU generator holds the state (graphsafe_set_state swaps it).
+  mutable std::mutex holder_mutex_;
   at::Generator cpu_;
+  // Bit d: kernels launched on device d draw from this generator.
+  std::atomic<uint64_t> launch_devices_{0};
 };
+
+// How the host runs a wait for a generator's draws (by default: at once). Python's
+// generator methods call in holding the GIL, which the clean-up of a finished kernel
+// may need (its launching thread's state holds Python objects): the Python module
+// sets one that releases it.
+using GeneratorWait = void (*)(void (*wait)(const GeneratorImpl&), const GeneratorImpl& generator);
+VDEV_API void set_generator_wait(GeneratorWait run_wait);
 
 VDEV_API const at::Generator& default_generator(c10::DeviceIndex device);
 at::Generator make_generator(c10::DeviceIndex device);
 
-// The CPU generator to hand a CPU kernel for `generator` (a vdev generator, or
-// none: the default generator of `device`). Generators of other devices are refused,
-// as CUDA refuses them.
+// The vdev generator for `generator` (a vdev generator, or none: the default generator
+// of `device`). Generators of other devices are refused, as CUDA refuses them.
+GeneratorImpl& vdev_generator(const std::optional<at::Generator>& generator, c10::DeviceIndex device);
+
+// The CPU generator to hand a CPU kernel that runs now, on the calling thread.
 at::Generator cpu_generator_for(
+    const std::optional<at::Generator>& generator, c10::DeviceIndex device);
+
+// The CPU generator a kernel launched on `device`'s current stream draws from when it
+// runs (see GeneratorImpl).
+at::Generator cpu_generator_for_launch(
     const std::optional<at::Generator>& generator, c10::DeviceIndex device);
 
 } // namespace vdev

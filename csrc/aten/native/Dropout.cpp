@@ -3,18 +3,21 @@
 // a second pass (the backward does the same). CPU tensors take another path (dropout
 // is only "fused" for accelerators), so on vdev those extra passes showed in training
 // steps. Here the mask is drawn as ATen's CPU kernel draws it (bernoulli_ on a bool
-// tensor, from the CPU generator) and applied and scaled in one pass, with the same
-// arithmetic per element: (x * mask) * scale, rounded in the input's dtype after each
-// multiplication. Other cases (no training, empty, non-contiguous, reduced or complex
-// dtypes) run ATen's CPU kernel on aliases.
+// tensor, from the CPU generator) and, for contiguous float and double tensors, applied
+// and scaled in one pass with the same arithmetic per element: (x * mask) * scale,
+// rounded in the input's dtype after each multiplication.
 #include "aten/CpuKernel.h"
+#include "aten/native/Random.h"
+#include "runtime/Generator.h"
 
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 #include <ATen/TensorIterator.h>
 #include <ATen/TensorOperators.h>
 
+#include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
+#include <ATen/ops/mul.h>
 #include <ATen/ops/native_dropout_backward_ops.h>
 #include <ATen/ops/native_dropout_ops.h>
 
@@ -33,7 +36,24 @@ bool fused_applies(const at::Tensor& values, const at::Tensor& mask) {
 }
 
 // result = (values * mask) * scale, element by element in the values' dtype, split
-// across threads as TensorIterator splits elementwise ops; launched on the stream.
+// across threads as TensorIterator splits elementwise ops. On CPU aliases, in a kernel.
+void apply_mask_and_scale(const at::Tensor& values, const at::Tensor& mask, const at::Tensor& result, double scale) {
+  AT_DISPATCH_FLOATING_TYPES(values.scalar_type(), "vdev_masked_scale", [&] {
+    const scalar_t* in = values.const_data_ptr<scalar_t>();
+    // The mask's bools read as bytes (0 or 1): GCC vectorizes no loop that loads bool.
+    const auto* keep = reinterpret_cast<const uint8_t*>(mask.const_data_ptr<bool>());
+    scalar_t* out = result.mutable_data_ptr<scalar_t>();
+    const auto factor = static_cast<scalar_t>(scale);
+    at::parallel_for(0, values.numel(), at::internal::GRAIN_SIZE, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        const scalar_t kept = in[i] * static_cast<scalar_t>(keep[i]);
+        out[i] = kept * factor;
+      }
+    });
+  });
+}
+
+// apply_mask_and_scale, launched on the stream.
 at::Tensor masked_scale(const at::Tensor& values, const at::Tensor& mask, double scale) {
   at::Tensor result = at::empty_like(values, c10::MemoryFormat::Contiguous);
   const c10::DeviceIndex device = values.device().index();
@@ -43,36 +63,60 @@ at::Tensor masked_scale(const at::Tensor& values, const at::Tensor& mask, double
       [values = aliases.alias(values), mask = aliases.alias(mask), result = aliases.alias(result), scale,
        device]() {
         profiler::ActivityScope activity(profiler::ActivityKind::kKernel, "vdev::masked_scale", device);
-        AT_DISPATCH_FLOATING_TYPES(values.scalar_type(), "vdev_masked_scale", [&] {
-          const scalar_t* in = values.const_data_ptr<scalar_t>();
-          // The mask's bools read as bytes (0 or 1): GCC vectorizes no loop that loads bool.
-          const auto* keep = reinterpret_cast<const uint8_t*>(mask.const_data_ptr<bool>());
-          scalar_t* out = result.mutable_data_ptr<scalar_t>();
-          const auto factor = static_cast<scalar_t>(scale);
-          at::parallel_for(0, values.numel(), at::internal::GRAIN_SIZE, [&](int64_t begin, int64_t end) {
-            for (int64_t i = begin; i < end; ++i) {
-              const scalar_t kept = in[i] * static_cast<scalar_t>(keep[i]);
-              out[i] = kept * factor;
-            }
-          });
-        });
+        apply_mask_and_scale(values, mask, result, scale);
       });
   return result;
 }
 
+// Launched: the mask is drawn when the kernel runs, from the vdev generator's CPU state,
+// as ATen's CPU kernel draws it (bernoulli_ on a bool tensor); the output is then
+// (input * mask) * scale, fused for contiguous float and double inputs, else as the CPU
+// kernel computes it. Evaluation (train=False) and empty inputs run ATen's CPU kernel.
 std::tuple<at::Tensor, at::Tensor> native_dropout(
     const at::Tensor& input, double p, std::optional<bool> train) {
+  lazy_init();
   const bool training = !train.has_value() || *train;
-  if (!training || !fused_applies(input)) {
+  if (!training || input.numel() == 0 || input.layout() != c10::kStrided || input.is_nested()) {
     return CpuKernel<at::_ops::native_dropout>::call(input, p, train);
+  }
+  c10::DeviceIndex device = -1;
+  {
+    CpuRedispatch checks(at::_ops::native_dropout::name);
+    checks.note_tensor(input);
+    device = checks.device();
   }
   const double keep_probability = 1. - p;
   const double scale = keep_probability == 0 ? 0. : 1. / keep_probability;
+  // The CPU kernel's checks, at the call (random_stand_in): p's range in bernoulli_, and
+  // the scaling, which integer inputs refuse.
+  {
+    at::Tensor stand_in = random_stand_in(input);
+    at::Tensor stand_in_mask = at::empty(stand_in.sizes(), stand_in.options().dtype(c10::kBool));
+    stand_in_mask.bernoulli_(keep_probability, scratch_generator());
+    if (!at::isFloatingType(input.scalar_type())) {
+      stand_in.mul(stand_in_mask).mul_(scale);
+    }
+  }
+  const bool fused = fused_applies(input);
+  // In the input's memory format, as the CPU kernel makes them.
   at::Tensor mask = at::empty_like(input, input.options().dtype(c10::kBool));
-  // Drawn as by the CPU kernel this one replaces, which draws from the CPU generator.
-  synchronize_for_host_op(mask.device().index(), at::_ops::native_dropout::name);
-  cpu_alias(mask).bernoulli_(keep_probability);
-  return {masked_scale(input, mask, scale), mask};
+  at::Tensor output = at::empty_like(input);
+  LaunchAliases aliases;
+  launch(
+      current_stream(device), at::_ops::native_dropout::name,
+      [input = aliases.alias(input), mask = aliases.alias(mask), output = aliases.alias(output),
+       cpu_generator = cpu_generator_for_launch(std::nullopt, device), keep_probability, scale, fused, device]() {
+        profiler::ActivityScope activity(profiler::ActivityKind::kKernel, at::_ops::native_dropout::name, device);
+        at::Tensor drawn = mask;
+        drawn.bernoulli_(keep_probability, cpu_generator);
+        if (fused) {
+          apply_mask_and_scale(input, mask, output, scale);
+        } else {
+          at::Tensor written = output;
+          at::mul_out(written, input, mask).mul_(scale);
+        }
+      });
+  return {output, mask};
 }
 
 at::Tensor native_dropout_backward(
