@@ -136,10 +136,10 @@ struct InPlaceRandom<Op, at::Tensor&(at::Tensor&, A, B, std::optional<at::Genera
 };
 
 at::Tensor& bernoulli_tensor_(at::Tensor& self, const at::Tensor& p, std::optional<at::Generator> generator) {
-  // The CPU kernel expands p to self's shape.
-  TORCH_CHECK(
-      at::is_expandable_to(p.sizes(), self.sizes()), "bernoulli_: the probabilities' shape ", p.sizes(),
-      " cannot be expanded to the shape of self ", self.sizes());
+  // The CPU kernel expands p to self's shape (raising its error here, at the call).
+  if (!at::is_expandable_to(p.sizes(), self.sizes())) {
+    at::empty(p.sizes(), p.options().device(c10::kMeta)).expand(self.sizes());
+  }
   if (p.layout() != c10::kStrided || (!is_vdev(p) && p.device().type() != c10::kCPU)) {
     return CpuKernel<at::_ops::bernoulli__Tensor>::call(self, p, generator);
   }
