@@ -22,9 +22,10 @@ namespace {
 class CollectiveWork final : public c10d::Work {
  public:
   CollectiveWork(
-      c10::intrusive_ptr<c10d::Work> transport_work, std::vector<at::Tensor> results,
+      const char* op, c10::intrusive_ptr<c10d::Work> transport_work, std::vector<at::Tensor> results,
       std::function<void()> on_completion, c10::DeviceIndex device, int rank)
       : c10d::Work(rank, transport_work->retrieveOpType()),
+        op_(op),
         transport_work_(std::move(transport_work)),
         results_(std::move(results)),
         completion_(std::make_shared<Completion>(std::move(on_completion))),
@@ -45,23 +46,35 @@ class CollectiveWork final : public c10d::Work {
   std::exception_ptr exception() const override {
     return transport_work_->exception();
   }
+  // The rank a receive from any source got its message from, once it has: the host
+  // asks right after wait(), which no longer waits for it.
   int sourceRank() const override {
+    transport_work_->wait();
     return transport_work_->sourceRank();
   }
   std::vector<at::Tensor> result() override {
     return results_;
   }
   void synchronize() override {
-    wait(kNoTimeout);
+    blockCurrentStream();
   }
-  // Blocks the host until gloo is done (its errors and timeouts surface here); the
-  // current stream's later work then runs after the collective.
+  // As NCCL's: the current stream's later work runs after the collective, and the host
+  // returns at once (a barrier's wait, as NCCL's, also blocks the host). A collective
+  // that has already failed raises here; one that fails or times out later raises at
+  // the stream's next synchronization (`.item()`, `torch.vdev.synchronize()`, ...).
   bool wait(std::chrono::milliseconds timeout) override {
-    if (!transport_work_->wait(timeout)) {
-      return false;
+    if (retrieveOpType() == c10d::OpType::BARRIER || transport_work_->isCompleted()) {
+      if (!transport_work_->wait(timeout)) {
+        return false;
+      }
+      completion_->run();
+      return true;
     }
-    completion_->run();
+    make_stream_wait(timeout);
     return true;
+  }
+  void blockCurrentStream() override {
+    make_stream_wait(kNoTimeout);
   }
   void abort() override {
     transport_work_->abort();
@@ -125,6 +138,23 @@ class CollectiveWork final : public c10d::Work {
     std::once_flag once;
   };
 
+  void make_stream_wait(std::chrono::milliseconds timeout) {
+    // The queued wait holds what it needs, not this work: a work need not outlive it.
+    make_current_stream_wait(
+        device_, "Work.wait",
+        [op = op_, transport_work = transport_work_, completion = completion_, timeout] {
+          try {
+            transport_work->wait(timeout);
+          } catch (const c10::Error& error) {
+            TORCH_CHECK(false, kCollectiveBackendName, " ", op, " failed: ", error.what_without_backtrace());
+          } catch (const std::exception& error) {
+            TORCH_CHECK(false, kCollectiveBackendName, " ", op, " failed: ", error.what());
+          }
+          completion->run();
+        });
+  }
+
+  const char* op_;
   c10::intrusive_ptr<c10d::Work> transport_work_;
   std::vector<at::Tensor> results_;
   std::shared_ptr<Completion> completion_;
@@ -173,6 +203,12 @@ std::vector<std::vector<at::Tensor>> on_cpu(const std::vector<std::vector<at::Te
 template <typename Other>
 Other on_cpu(const Other& other) {
   return other;
+}
+
+CollectiveCall point_to_point(const char* op, c10::ArrayRef<at::Tensor> tensors) {
+  CollectiveCall call{op, tensors};
+  call.point_to_point = true;
+  return call;
 }
 
 bool scaled_sum(const c10d::ReduceOp& op) {
@@ -303,18 +339,29 @@ c10::DeviceIndex CollectiveBackend::call_device(
 }
 
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::run(
-    c10::DeviceIndex device, std::vector<at::Tensor> results,
+    c10::DeviceIndex device, const CollectiveCall& call, std::vector<at::Tensor> results,
     const std::function<c10::intrusive_ptr<c10d::Work>()>& launch,
     std::function<void()> on_completion) {
+  std::optional<CallAgreement> agreement;
+  if (size_ > 1 && !call.point_to_point) {
+    agreement.emplace(*transport_, call);
+  }
   c10::intrusive_ptr<c10d::Work> transport_work;
-  run_in_stream_order(device, [&] { transport_work = launch(); });
+  run_in_stream_order(device, [&] {
+    if (agreement) {
+      agreement->verify();
+    }
+    transport_work = launch();
+  });
   return c10::make_intrusive<CollectiveWork>(
-      std::move(transport_work), std::move(results), std::move(on_completion), device, rank_);
+      call.op, std::move(transport_work), std::move(results), std::move(on_completion), device,
+      rank_);
 }
 
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::broadcast(
     std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) {
-  return run(call_device("broadcast", {tensors}), tensors,
+  return run(call_device("broadcast", {tensors}),
+             {"broadcast", tensors, opts.rootRank}, tensors,
              [&] { return on_gloo(&c10d::Backend::broadcast, tensors, opts); });
 }
 
@@ -323,7 +370,8 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::broadcast(
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::allreduce(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
   return run(
-      call_device("all_reduce", {tensors}), tensors,
+      call_device("all_reduce", {tensors}),
+      {"all_reduce", tensors, std::nullopt, opts.reduceOp.op_}, tensors,
       [&] { return on_gloo(&c10d::Backend::allreduce, tensors, as_gloo_options(opts)); },
       scaling(opts.reduceOp, size_, tensors));
 }
@@ -331,7 +379,8 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::allreduce(
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::allreduce_coalesced(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
   return run(
-      call_device("all_reduce_coalesced", {tensors}), tensors,
+      call_device("all_reduce_coalesced", {tensors}),
+      {"all_reduce_coalesced", tensors, std::nullopt, opts.reduceOp.op_}, tensors,
       [&] { return on_gloo(&c10d::Backend::allreduce_coalesced, tensors, as_gloo_options(opts)); },
       scaling(opts.reduceOp, size_, tensors));
 }
@@ -340,7 +389,8 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::reduce(
     std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
   // Only the root's tensors hold the result.
   return run(
-      call_device("reduce", {tensors}), tensors,
+      call_device("reduce", {tensors}),
+      {"reduce", tensors, opts.rootRank, opts.reduceOp.op_}, tensors,
       [&] { return on_gloo(&c10d::Backend::reduce, tensors, as_gloo_options(opts)); },
       rank_ == opts.rootRank ? scaling(opts.reduceOp, size_, tensors) : nullptr);
 }
@@ -350,13 +400,14 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::allgather(
     const c10d::AllgatherOptions& opts) {
   std::vector<at::Tensor> results = flattened(outputs);
   c10::DeviceIndex device = call_device("all_gather", {inputs, results});
-  return run(device, std::move(results),
+  return run(device, {"all_gather", inputs}, std::move(results),
              [&] { return on_gloo(&c10d::Backend::allgather, outputs, inputs, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::_allgather_base(
     at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) {
-  return run(call_device("all_gather_into_tensor", {output, input}), {output},
+  return run(call_device("all_gather_into_tensor", {output, input}),
+             {"all_gather_into_tensor", input}, {output},
              [&] { return on_gloo(&c10d::Backend::_allgather_base, output, input, opts); });
 }
 
@@ -365,14 +416,15 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::allgather_coalesced(
     const c10d::AllgatherOptions& opts) {
   std::vector<at::Tensor> results = flattened(outputs);
   c10::DeviceIndex device = call_device("all_gather_coalesced", {inputs, results});
-  return run(device, std::move(results),
+  return run(device, {"all_gather_coalesced", inputs}, std::move(results),
              [&] { return on_gloo(&c10d::Backend::allgather_coalesced, outputs, inputs, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
-  return run(call_device("all_gather_into_tensor_coalesced", {outputs, inputs}), outputs, [&] {
+  return run(call_device("all_gather_into_tensor_coalesced", {outputs, inputs}),
+             {"all_gather_into_tensor_coalesced", inputs}, outputs, [&] {
     return on_gloo(&c10d::Backend::allgather_into_tensor_coalesced, outputs, inputs, opts);
   });
 }
@@ -382,14 +434,15 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::gather(
     const c10d::GatherOptions& opts) {
   std::vector<at::Tensor> results = flattened(outputs);
   c10::DeviceIndex device = call_device("gather", {inputs, results});
-  return run(device, std::move(results),
+  return run(device, {"gather", inputs, opts.rootRank}, std::move(results),
              [&] { return on_gloo(&c10d::Backend::gather, outputs, inputs, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::scatter(
     std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
     const c10d::ScatterOptions& opts) {
-  return run(call_device("scatter", {outputs, flattened(inputs)}), outputs,
+  return run(call_device("scatter", {outputs, flattened(inputs)}),
+             {"scatter", outputs, opts.rootRank}, outputs,
              [&] { return on_gloo(&c10d::Backend::scatter, outputs, inputs, opts); });
 }
 
@@ -397,7 +450,8 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::reduce_scatter(
     std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
     const c10d::ReduceScatterOptions& opts) {
   return run(
-      call_device("reduce_scatter", {outputs, flattened(inputs)}), outputs,
+      call_device("reduce_scatter", {outputs, flattened(inputs)}),
+      {"reduce_scatter", outputs, std::nullopt, opts.reduceOp.op_}, outputs,
       [&] { return on_gloo(&c10d::Backend::reduce_scatter, outputs, inputs, as_gloo_options(opts)); },
       scaling(opts.reduceOp, size_, outputs));
 }
@@ -405,7 +459,8 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::reduce_scatter(
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::_reduce_scatter_base(
     at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
   return run(
-      call_device("reduce_scatter_tensor", {output, input}), {output},
+      call_device("reduce_scatter_tensor", {output, input}),
+      {"reduce_scatter_tensor", input, std::nullopt, opts.reduceOp.op_}, {output},
       [&] {
         return on_gloo(&c10d::Backend::_reduce_scatter_base, output, input, as_gloo_options(opts));
       },
@@ -416,7 +471,8 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::reduce_scatter_tensor_coalesce
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::ReduceScatterOptions& opts) {
   return run(
-      call_device("reduce_scatter_tensor_coalesced", {outputs, inputs}), outputs,
+      call_device("reduce_scatter_tensor_coalesced", {outputs, inputs}),
+      {"reduce_scatter_tensor_coalesced", inputs, std::nullopt, opts.reduceOp.op_}, outputs,
       [&] {
         return on_gloo(
             &c10d::Backend::reduce_scatter_tensor_coalesced, outputs, inputs, as_gloo_options(opts));
@@ -427,7 +483,9 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::reduce_scatter_tensor_coalesce
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::alltoall_base(
     at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_split_sizes,
     std::vector<int64_t>& input_split_sizes, const c10d::AllToAllOptions& opts) {
-  return run(call_device("all_to_all_single", {output, input}), {output}, [&] {
+  const bool split = !output_split_sizes.empty() || !input_split_sizes.empty();
+  return run(call_device("all_to_all_single", {output, input}),
+             {"all_to_all_single", input, std::nullopt, std::nullopt, split}, {output}, [&] {
     return on_gloo(
         &c10d::Backend::alltoall_base, output, input, output_split_sizes, input_split_sizes, opts);
   });
@@ -436,25 +494,27 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::alltoall_base(
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::alltoall(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllToAllOptions& opts) {
-  return run(call_device("all_to_all", {outputs, inputs}), outputs,
+  return run(call_device("all_to_all", {outputs, inputs}),
+             {"all_to_all", inputs, std::nullopt, std::nullopt, /*element_counts_may_differ=*/true},
+             outputs,
              [&] { return on_gloo(&c10d::Backend::alltoall, outputs, inputs, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::send(
     std::vector<at::Tensor>& tensors, int dst_rank, int tag) {
-  return run(call_device("send", {tensors}), tensors,
+  return run(call_device("send", {tensors}), point_to_point("send", tensors), tensors,
              [&] { return on_gloo(&c10d::Backend::send, tensors, dst_rank, tag); });
 }
 
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::recv(
     std::vector<at::Tensor>& tensors, int src_rank, int tag) {
-  return run(call_device("recv", {tensors}), tensors,
+  return run(call_device("recv", {tensors}), point_to_point("recv", tensors), tensors,
              [&] { return on_gloo(&c10d::Backend::recv, tensors, src_rank, tag); });
 }
 
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::recvAnysource(
     std::vector<at::Tensor>& tensors, int tag) {
-  return run(call_device("recv", {tensors}), tensors,
+  return run(call_device("recv", {tensors}), point_to_point("recv", tensors), tensors,
              [&] { return on_gloo(&c10d::Backend::recvAnysource, tensors, tag); });
 }
 
@@ -467,7 +527,7 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::barrier(const c10d::BarrierOpt
       : current_device();
   c10d::BarrierOptions gloo_opts = opts;
   gloo_opts.device = std::nullopt;
-  return run(device, {}, [&] { return transport_->barrier(gloo_opts); });
+  return run(device, {"barrier"}, {}, [&] { return transport_->barrier(gloo_opts); });
 }
 
 void CollectiveBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {
