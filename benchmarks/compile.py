@@ -6,7 +6,8 @@
     python benchmarks/compile.py --reduce-overhead   # mode="reduce-overhead" (vdev graphs)
 
 For each case: the compiled call on vdev and on the CPU, timed in interleaved batches
-(as benchmarks/run.py does), and the eager vdev call; then the compile time (first call
+(as benchmarks/run.py does; a vdev batch ends with torch.vdev.synchronize(), so work
+still queued is counted), and the eager vdev call; then the compile time (first call
 of the compiled function) on each device, each in a fresh process with a fresh
 Inductor cache, so neither reuses the other's kernels or headers.
 
@@ -58,10 +59,11 @@ def measure_run(make, repeats, batch_seconds):
             call()
     number = calls_per_batch(compiled["cpu"], batch_seconds)
     times = [[], [], []]
+    finishes = (torch.vdev.synchronize, lambda: None, torch.vdev.synchronize)
     for repeat in range(repeats):
         order = range(3) if repeat % 2 == 0 else reversed(range(3))
         for index in order:
-            times[index].append(time_batch(calls[index], number))
+            times[index].append(time_batch(calls[index], number, finishes[index]))
     vdev, cpu, eager = (statistics.median(side) for side in times)
     ratio = statistics.median(v / c for v, c in zip(times[0], times[1]))
     eager_ratio = statistics.median(v / e for v, e in zip(times[0], times[2]))
@@ -86,9 +88,10 @@ def measure_graphs(make, repeats, batch_seconds):
             call()
     number = calls_per_batch(calls[1], batch_seconds)
     times = [[], [], []]
+    finishes = (torch.vdev.synchronize, lambda: None, lambda: None)
     for repeat in range(repeats):
         for index in (range(3) if repeat % 2 == 0 else reversed(range(3))):
-            times[index].append(time_batch(calls[index], number))
+            times[index].append(time_batch(calls[index], number, finishes[index]))
     graphs = "replayed" if counters["inductor"][REPLAYS_COUNTER] > replays and not skips else "; ".join(skips)
     return (
         statistics.median(times[0]),

@@ -112,8 +112,9 @@ def test_generated_kernels_are_profiled_as_vdev_kernels_of_their_operator(cpp_wr
     kernels = [e for e in prof.events() if e.device_type == DeviceType.PrivateUse1 and "cpp_fused" in e.name]
     assert kernels and all(k.name.startswith(f"{VDEV}_kernel[cpp_fused") for k in kernels)
     # Each is launched by a CPU operator named after the kernel, as Triton kernels are on
-    # CUDA: queued on the stream from Python wrappers (so it runs after its launch), run
-    # within the operator by C++ wrappers.
+    # CUDA, and starts after it (queued on the stream from Python wrappers, run within
+    # the operator by C++ wrappers; the profiler's CPU operator times come from an
+    # approximate clock, too coarse under load to compare the ends).
     launching = {
         e.name: e for e in prof.events() if e.device_type == DeviceType.CPU and e.name.startswith("cpp_fused")
     }
@@ -121,8 +122,6 @@ def test_generated_kernels_are_profiled_as_vdev_kernels_of_their_operator(cpp_wr
         operator = launching[kernel.name[len(f"{VDEV}_kernel[") : -1]]
         assert [k.name for k in operator.kernels] == [kernel.name]
         assert operator.time_range.start <= kernel.time_range.start <= kernel.time_range.end
-        if cpp_wrapper:
-            assert kernel.time_range.end <= operator.time_range.end
 
 
 def test_reductions():

@@ -26,7 +26,6 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 from torch._dynamo.utils import counters
-from torch._inductor.compile_fx import get_expanded_dims, index_expanded_dims_and_copy_, static_input
 from torch._inductor.cudagraph_utils import CUDAGraphPolicy
 
 from . import BACKEND_NAME
@@ -46,10 +45,22 @@ def _skip_warning(reason: str) -> None:
     warnings.warn(f"skipping {BACKEND_NAME} graphs due to {reason}", stacklevel=3)
 
 
+# Inductor's helpers are imported where used: registering vdev's Inductor backend,
+# which imports this module, is part of importing compile_fx.
+
+
+def _copy_input(static: torch.Tensor, source: torch.Tensor, expanded_dims: list) -> None:
+    from torch._inductor.compile_fx import index_expanded_dims_and_copy_
+
+    index_expanded_dims_and_copy_(static, source, expanded_dims)
+
+
 class _Capture:
     """A compiled graph captured for one input shape and one set of static input addresses."""
 
     def __init__(self, model: Callable, inputs: Sequence[Any], static_idxs: frozenset, device_index: int):
+        from torch._inductor.compile_fx import get_expanded_dims, static_input
+
         self.copied = [
             i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor) and i not in static_idxs
         ]
@@ -57,7 +68,7 @@ class _Capture:
         self.static_inputs = list(inputs)
         for i in self.copied:
             self.static_inputs[i] = static_input(inputs[i])
-            index_expanded_dims_and_copy_(self.static_inputs[i], inputs[i], self.expanded_dims[i])
+            _copy_input(self.static_inputs[i], inputs[i], self.expanded_dims[i])
         self.graph = torch.vdev.VDEVGraph()
         with torch.vdev.device(device_index), torch.vdev.graph(self.graph, capture_error_mode="thread_local"):
             outputs = model(list(self.static_inputs))
@@ -67,7 +78,7 @@ class _Capture:
         for i in self.copied:
             static, source = self.static_inputs[i], inputs[i]
             if static.data_ptr() != source.data_ptr():
-                index_expanded_dims_and_copy_(static, source, self.expanded_dims[i])
+                _copy_input(static, source, self.expanded_dims[i])
         inputs.clear()
         self.graph.replay()
         counters["inductor"][REPLAYS_COUNTER] += 1
@@ -156,11 +167,18 @@ def register() -> None:
 
     def check_lowering_admitting_vdev(device_node_mapping: dict) -> Optional[str]:
         devices = [device for device in device_node_mapping if device.type != "meta"]
-        if len(devices) == 1 and devices[0].type == BACKEND_NAME:
+        if not any(device.type == BACKEND_NAME for device in devices):
+            return check_lowering(device_node_mapping)
+        if len(devices) == 1:
             return None
-        reason = check_lowering(device_node_mapping)
-        if reason is not None and any(device.type == BACKEND_NAME for device in devices):
-            _skip_warning(reason.removeprefix("skipping cudagraphs due to "))
-        return reason
+        # A CPU op in a captured graph would run once, at the capture, and never again;
+        # Inductor's check drops CPU nodes when it partitions graphs around them for CUDA
+        # graph trees, which vdev's wrapping does not do.
+        cpu_node = device_node_mapping.get(torch.device("cpu"))
+        reason = f"cpu device ({cpu_node.name})" if cpu_node is not None else "multiple devices: " + ", ".join(
+            str(device) for device in devices
+        )
+        _skip_warning(reason)
+        return f"skipping cudagraphs due to {reason}"
 
     cudagraph_utils.check_lowering_disable_cudagraph = check_lowering_admitting_vdev

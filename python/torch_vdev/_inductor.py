@@ -192,27 +192,10 @@ def _is_vdev(device: Optional[torch.device]) -> bool:
     return device.type == BACKEND_NAME
 
 
-class VdevPythonWrapperCodegen(PythonWrapperCodegen):
-    """The Python wrapper of a compiled graph with vdev tensors."""
-
-    def __init__(self) -> None:
-        super().__init__()
-
-    @staticmethod
-    def create(
-        is_subgraph: bool,
-        subgraph_name: Optional[str],
-        parent_wrapper: Optional[PythonWrapperCodegen],
-        partition_signatures: Any = None,
-    ) -> PythonWrapperCodegen:
-        if is_subgraph:
-            return SubgraphPythonWrapperCodegen(subgraph_name, parent_wrapper, partition_signatures)
-        return VdevPythonWrapperCodegen()
-
-    def write_header(self) -> None:
-        super().write_header()
-        self.imports.writeline(f"from torch_vdev._C import empty_strided as {_ALLOCATE}")
-        self.imports.writeline(f"from torch_vdev._inductor import compile_kernel as {_COMPILE_KERNEL}")
+class _VdevPythonCode:
+    """What Python wrappers (graphs and their subgraphs) write for vdev: buffer
+    allocations on vdev and vdev kernels compiled with, and launched through, vdev's
+    binding."""
 
     def define_kernel(self, kernel_name: str, kernel_body: str, metadata=None, gpu=True, cpp_definition=None):
         # A vdev kernel (the scheduler's current device while it is defined) is compiled
@@ -246,6 +229,30 @@ class VdevPythonWrapperCodegen(PythonWrapperCodegen):
         # The kernel's binding (VdevKernelBindings) launches it on the device's current
         # stream, under a CPU operator named after it.
         self.writeline(self.wrap_kernel_call(kernel_name, [repr(kernel_name), str(device.index or 0), *call_args]))
+
+
+class VdevSubgraphPythonWrapperCodegen(_VdevPythonCode, SubgraphPythonWrapperCodegen):
+    """The Python code of a subgraph (``torch.cond`` branches, loop bodies) of a vdev graph."""
+
+
+class VdevPythonWrapperCodegen(_VdevPythonCode, PythonWrapperCodegen):
+    """The Python wrapper of a compiled graph with vdev tensors."""
+
+    @staticmethod
+    def create(
+        is_subgraph: bool,
+        subgraph_name: Optional[str],
+        parent_wrapper: Optional[PythonWrapperCodegen],
+        partition_signatures: Any = None,
+    ) -> PythonWrapperCodegen:
+        if is_subgraph:
+            return VdevSubgraphPythonWrapperCodegen(subgraph_name, parent_wrapper, partition_signatures)
+        return VdevPythonWrapperCodegen()
+
+    def write_header(self) -> None:
+        super().write_header()
+        self.imports.writeline(f"from torch_vdev._C import empty_strided as {_ALLOCATE}")
+        self.imports.writeline(f"from torch_vdev._inductor import compile_kernel as {_COMPILE_KERNEL}")
 
 
 class VdevCppWrapperCodegen(CppWrapperCpu):
