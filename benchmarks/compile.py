@@ -3,11 +3,17 @@
     python benchmarks/compile.py            # full run
     python benchmarks/compile.py --quick    # fewer repeats, one compile-time sample
     python benchmarks/compile.py -k mlp     # only the cases whose name contains "mlp"
+    python benchmarks/compile.py --reduce-overhead   # mode="reduce-overhead" (vdev graphs)
 
 For each case: the compiled call on vdev and on the CPU, timed in interleaved batches
-(as benchmarks/run.py does), and the eager vdev call; then the compile time (first call
+(as benchmarks/run.py does; a vdev batch ends with torch.vdev.synchronize(), so work
+still queued is counted), and the eager vdev call; then the compile time (first call
 of the compiled function) on each device, each in a fresh process with a fresh
 Inductor cache, so neither reuses the other's kernels or headers.
+
+With --reduce-overhead: each case compiled with mode="reduce-overhead" on vdev (vdev
+graphs replayed) against the default compiled CPU call and the eager CPU call, and
+whether vdev graphs were replayed or what made Inductor's graph skip them.
 """
 
 import argparse
@@ -17,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 
 import torch
 import torch_vdev
@@ -52,14 +59,54 @@ def measure_run(make, repeats, batch_seconds):
             call()
     number = calls_per_batch(compiled["cpu"], batch_seconds)
     times = [[], [], []]
+    finishes = (torch.vdev.synchronize, lambda: None, torch.vdev.synchronize)
     for repeat in range(repeats):
         order = range(3) if repeat % 2 == 0 else reversed(range(3))
         for index in order:
-            times[index].append(time_batch(calls[index], number))
+            times[index].append(time_batch(calls[index], number, finishes[index]))
     vdev, cpu, eager = (statistics.median(side) for side in times)
     ratio = statistics.median(v / c for v, c in zip(times[0], times[1]))
     eager_ratio = statistics.median(v / e for v, e in zip(times[0], times[2]))
     return vdev, cpu, ratio, eager, eager_ratio
+
+
+def measure_graphs(make, repeats, batch_seconds):
+    from torch._dynamo.utils import counters
+
+    from torch_vdev._compiled_graphs import REPLAYS_COUNTER
+
+    replays = counters["inductor"][REPLAYS_COUNTER]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        graphed = torch.compile(make(VDEV), mode="reduce-overhead")
+        for _ in range(3):  # compiles, warms up, captures
+            graphed()
+    skips = [str(w.message) for w in caught if f"skipping {VDEV} graphs" in str(w.message)]
+    calls = (graphed, torch.compile(make("cpu")), make("cpu"))
+    for call in calls[1:]:
+        for _ in range(3):
+            call()
+    number = calls_per_batch(calls[1], batch_seconds)
+    times = [[], [], []]
+    finishes = (torch.vdev.synchronize, lambda: None, lambda: None)
+    for repeat in range(repeats):
+        for index in (range(3) if repeat % 2 == 0 else reversed(range(3))):
+            times[index].append(time_batch(calls[index], number, finishes[index]))
+    graphs = "replayed" if counters["inductor"][REPLAYS_COUNTER] > replays and not skips else "; ".join(skips)
+    return (
+        statistics.median(times[0]),
+        statistics.median(g / c for g, c in zip(times[0], times[1])),
+        statistics.median(g / e for g, e in zip(times[0], times[2])),
+        graphs,
+    )
+
+
+def print_graphs_table(cases, repeats, batch_seconds):
+    print('| case | reduce-overhead vdev | / compiled cpu | / eager cpu | vdev graphs |')
+    print("| --- | ---: | ---: | ---: | --- |")
+    for case in cases:
+        graphed, compiled_ratio, eager_ratio, graphs = measure_graphs(CASES[case], repeats, batch_seconds)
+        print(f"| {case} | {format_time(graphed)} | {compiled_ratio:.2f}× | {eager_ratio:.2f}× | {graphs} |", flush=True)
 
 
 def compile_seconds(case: str, device: str, threads: int) -> float:
@@ -85,6 +132,7 @@ def main():
     parser.add_argument("--quick", action="store_true", help="fewer, shorter repeats")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
     parser.add_argument("-k", dest="keyword", default="", help="only cases whose name contains this")
+    parser.add_argument("--reduce-overhead", action="store_true", help='mode="reduce-overhead" rows')
     parser.add_argument("--compile-time", nargs=2, metavar=("CASE", "DEVICE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -95,6 +143,11 @@ def main():
     repeats, batch_seconds, compile_repeats = (7, 0.05, 1) if args.quick else (21, 0.1, 3)
     cases = [case for case in CASES if args.keyword.lower() in case.lower()]
     load_before = os.getloadavg()[0]
+    if args.reduce_overhead:
+        print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), {cpu_model()}, "
+              f"load average {load_before:.1f}, median of {repeats} interleaved batches\n")
+        print_graphs_table(cases, repeats, batch_seconds)
+        return
     rows = []
     for case in cases:
         vdev, cpu, ratio, eager, eager_ratio = measure_run(CASES[case], repeats, batch_seconds)

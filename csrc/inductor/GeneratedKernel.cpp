@@ -1,5 +1,9 @@
 #include "inductor/GeneratedKernel.h"
 
+#include "runtime/LaunchWithoutThreadState.h"
+#include "runtime/Stream.h"
+
+#include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_set>
@@ -8,7 +12,7 @@ namespace vdev {
 namespace {
 
 // Device activities and operators keep names of static storage: kernel names are
-// interned once, while profiling.
+// interned once.
 const char* interned(const char* name) {
   static std::mutex mutex;
   static auto* names = new std::unordered_set<std::string>();
@@ -44,4 +48,30 @@ void* torch_vdev_generated_kernel_begin(const char* name, int device) {
 
 void torch_vdev_generated_kernel_end(void* scope) {
   delete static_cast<vdev::GeneratedKernelScope*>(scope);
+}
+
+const char* torch_vdev_generated_kernel_name(const char* name) {
+  return vdev::interned(name);
+}
+
+const char* torch_vdev_launch_generated_kernel(
+    const char* name, int device, void (*run)(void*), void* arguments, void (*destroy)(void*)) {
+  std::shared_ptr<void> owned(arguments, destroy);
+  try {
+    const auto index = static_cast<c10::DeviceIndex>(device);
+    std::optional<at::RecordFunction> launching_operator;
+    if (auto callbacks = at::getStepCallbacksUnlessEmpty(at::RecordScope::FUNCTION)) {
+      launching_operator.emplace(std::move(*callbacks));
+      launching_operator->before(std::string_view(name));
+    }
+    vdev::launch_without_thread_state(vdev::current_stream(index), name, [name, index, run, owned = std::move(owned)] {
+      vdev::profiler::ActivityScope activity(vdev::profiler::ActivityKind::kKernel, name, index);
+      run(owned.get());
+    });
+    return nullptr;
+  } catch (const c10::Error& error) {
+    thread_local std::string message;
+    message = error.what_without_backtrace();
+    return message.c_str();
+  }
 }

@@ -1,9 +1,6 @@
 #include "python/Inductor.h"
 
-#include "inductor/GeneratedKernel.h"
 #include "runtime/Device.h"
-#include "runtime/HostAccess.h"
-#include "runtime/Stream.h"
 
 #include <ATen/ops/empty_strided.h>
 #include <torch/csrc/Dtype.h>
@@ -14,38 +11,6 @@
 
 namespace vdev {
 namespace {
-
-// Generated kernels run on the calling thread, each once the work queued before it
-// on the device's current stream is complete; the GIL is let go only to wait.
-void wait_for_current_stream(c10::DeviceIndex device) {
-  constexpr const char* kHostOpName = "Inductor generated kernel";
-  if (query_stream(current_stream(device))) {
-    synchronize_for_host_op(device, kHostOpName);
-  } else {
-    pybind11::gil_scoped_release no_gil;
-    synchronize_for_host_op(device, kHostOpName);
-  }
-}
-
-// launch_kernel(name, device, kernel, *args): runs a generated kernel on `device`'s
-// current stream's order, as the profiler sees a kernel run (GeneratedKernel.h). A
-// vectorcall function: generated wrappers call it once per kernel.
-PyObject* launch_kernel(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
-  HANDLE_TH_ERRORS
-  TORCH_CHECK(nargs >= 3, "launch_kernel(name, device, kernel, *args) takes at least 3 arguments");
-  const char* name = PyUnicode_AsUTF8(args[0]);
-  if (name == nullptr) {
-    return nullptr;
-  }
-  const long device = PyLong_AsLong(args[1]);
-  if (device == -1 && PyErr_Occurred()) {
-    return nullptr;
-  }
-  wait_for_current_stream(static_cast<c10::DeviceIndex>(device));
-  GeneratedKernelScope scope(name, static_cast<c10::DeviceIndex>(device));
-  return PyObject_Vectorcall(args[2], args + 3, static_cast<size_t>(nargs - 3), nullptr);
-  END_HANDLE_TH_ERRORS
-}
 
 // A tuple of ints (sizes or strides) as int64s; false with a Python error set if not.
 bool int_tuple(PyObject* tuple, c10::SmallVector<int64_t, 8>& values) {
@@ -88,8 +53,6 @@ PyObject* empty_strided(PyObject* /*module*/, PyObject* const* args, Py_ssize_t 
 }
 
 PyMethodDef methods[] = {
-    {"launch_kernel", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&launch_kernel)),
-     METH_FASTCALL, "Runs a kernel Inductor generated for vdev: launch_kernel(name, device, kernel, *args)."},
     {"empty_strided", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&empty_strided)),
      METH_FASTCALL, "A vdev buffer of a generated wrapper: empty_strided(sizes, strides, dtype, device)."},
 };

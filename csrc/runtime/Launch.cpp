@@ -1,4 +1,5 @@
 #include "runtime/Launch.h"
+#include "runtime/LaunchWithoutThreadState.h"
 
 #include "profiler/DeviceActivity.h"
 #include "runtime/RuntimeError.h"
@@ -19,8 +20,8 @@ struct Kernel {
   std::function<void()> body;
   // The launching thread's state (dispatch keys excluded below autograd, inference
   // mode, ...): the kernel runs as it would have on that thread, as the autograd
-  // engine's threads run their work.
-  at::ThreadLocalState launching_thread;
+  // engine's threads run their work. Empty for kernels that do not dispatch.
+  std::optional<at::ThreadLocalState> launching_thread;
   // Taken while the profiler records (else empty): what the kernel's device activity
   // is attributed to.
   profiler::LaunchOrigin origin;
@@ -35,7 +36,10 @@ void run_kernel(void* data) {
   thread_local const bool intra_op_threads_set = (at::init_num_threads(), true);
   (void)intra_op_threads_set;
   try {
-    at::ThreadLocalStateGuard state(kernel->launching_thread);
+    std::optional<at::ThreadLocalStateGuard> state;
+    if (kernel->launching_thread) {
+      state.emplace(*kernel->launching_thread);
+    }
     std::optional<profiler::LaunchedWork> launched;
     if (C10_UNLIKELY(kernel->origin.thread_id != 0)) {
       launched.emplace(kernel->origin);
@@ -53,16 +57,25 @@ void destroy_kernel(void* data) {
   delete static_cast<Kernel*>(data);
 }
 
-} // namespace
-
-void launch(const c10::Stream& stream, const char* op_name, std::function<void()> kernel) {
+void queue(const c10::Stream& stream, const char* op_name, std::function<void()> kernel,
+           std::optional<at::ThreadLocalState> launching_thread) {
   auto* queued = new Kernel{
-      op_name, std::move(kernel), at::ThreadLocalState(),
+      op_name, std::move(kernel), std::move(launching_thread),
       profiler::recording() ? profiler::launch_origin(stream) : profiler::LaunchOrigin()};
   // The runtime owns the kernel from here (destroying it if the launch fails).
   check_runtime(
       vdrtLaunchHostFuncOwned(runtime_stream(stream), &run_kernel, queued, &destroy_kernel, op_name),
       op_name);
+}
+
+} // namespace
+
+void launch(const c10::Stream& stream, const char* op_name, std::function<void()> kernel) {
+  queue(stream, op_name, std::move(kernel), at::ThreadLocalState());
+}
+
+void launch_without_thread_state(const c10::Stream& stream, const char* op_name, std::function<void()> kernel) {
+  queue(stream, op_name, std::move(kernel), std::nullopt);
 }
 
 } // namespace vdev

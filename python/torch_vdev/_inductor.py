@@ -8,18 +8,22 @@ generate code for (matmuls, convolutions, attention, custom ops) as extern kerne
 which dispatch to vdev's own kernels.
 
 Every generated kernel launch goes through one place per wrapper,
-``launch_kernel_in_stream_order``: a generated kernel runs on the calling thread once
-the work queued before it on the device's current stream is complete (queuing the
-kernels themselves on the stream is the next step, with the rest of the eager ops).
+``launch_kernel_in_stream_order``. In Python wrappers each kernel is compiled with a
+binding of vdev's (``VdevKernelBindings``) that launches it on the device's current
+stream, as vdev's eager kernels are, so it runs in the stream's order, the host goes
+on meanwhile and graph captures record it (``torch.compile(mode="reduce-overhead")``,
+``_compiled_graphs.py``). C++ wrappers run their kernels on the calling thread once
+the work queued before them on the stream is complete.
 """
 
 import functools
 import os
 import re
-import warnings
 from typing import Any, Optional
 
 import torch
+from torch._inductor.async_compile import AsyncCompile, get_compile_threads
+from torch._inductor.codecache import CppPythonBindingsCodeCache, LambdaFuture
 from torch._inductor.codegen.common import (
     DeviceOpOverrides,
     register_backend_for_device,
@@ -28,6 +32,7 @@ from torch._inductor.codegen.common import (
 from torch._inductor.codegen.cpp import CppScheduling
 from torch._inductor.codegen.cpp_wrapper_cpu import CppWrapperCpu
 from torch._inductor.codegen.wrapper import PythonWrapperCodegen, SubgraphPythonWrapperCodegen
+from torch._inductor.utils import clear_on_fresh_cache
 from torch._inductor.virtualized import V
 
 from . import BACKEND_NAME
@@ -58,9 +63,121 @@ class VdevDeviceOpOverrides(DeviceOpOverrides):
         return "void*"
 
 
-# What generated Python wrappers call vdev's buffer allocation (torch_vdev._C.empty_strided).
+# What generated Python wrappers call vdev's buffer allocation (torch_vdev._C.empty_strided)
+# and the compilation of vdev's kernels (VdevKernelBindings).
 _ALLOCATE = f"empty_strided_{BACKEND_NAME}"
-_LAUNCH_KERNEL = f"launch_kernel_{BACKEND_NAME}"
+_COMPILE_KERNEL = f"compile_{BACKEND_NAME}_kernel"
+_CPU_KERNEL_DEFINITION = "async_compile.cpp_pybinding("
+
+
+@clear_on_fresh_cache
+class VdevKernelBindings(CppPythonBindingsCodeCache):
+    """A generated C++ kernel compiled with a Python binding that launches it on a vdev
+    stream: ``kernel(name, device, *args)`` reads the arguments as the CPU's binding
+    does (data pointers of tensors, ints, floats), keeps them, and queues the kernel's
+    call on ``device``'s current stream through torch_vdev's launch
+    (``torch_vdev_launch_generated_kernel``, csrc/inductor/GeneratedKernel.h), looked up
+    in the loaded libtorch_vdev, so the kernel links with no library."""
+
+    cache: dict = {}
+
+    @staticmethod
+    def cache_clear() -> None:
+        VdevKernelBindings.cache.clear()
+
+    suffix_template = """
+// vdev's launch of {entry_func}() (torch_vdev/_inductor.py, VdevKernelBindings)
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <dlfcn.h>
+#include <cstdint>
+#include <cstdlib>
+#include <stdexcept>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+static void* (*tensor_data_ptr)(PyObject* tensor);
+static const char* (*kernel_name)(const char* name);
+static const char* (*launch_kernel)(const char* name, int device, void (*run)(void*), void* arguments,
+                                    void (*destroy)(void*));
+
+template <typename T> static T parse_arg(PyObject* arg) {{
+    if constexpr (std::is_pointer_v<T>) {{
+        return static_cast<T>(tensor_data_ptr(arg));
+    }} else if constexpr (std::is_floating_point_v<T>) {{
+        const double value = PyFloat_AsDouble(arg);
+        if (value == -1.0 && PyErr_Occurred()) throw std::runtime_error("expected a float argument");
+        return static_cast<T>(value);
+    }} else {{
+        const long long value = PyLong_AsLongLong(arg);
+        if (value == -1 && PyErr_Occurred()) throw std::runtime_error("expected an int argument");
+        return static_cast<T>(value);
+    }}
+}}
+
+// The arguments of a launch, kept until the launch (or the graph recording it) is done.
+template <typename... Params, size_t... I>
+static void* keep_arguments(PyObject* args, std::index_sequence<I...>) {{
+    return new std::tuple<std::decay_t<Params>...>(parse_arg<std::decay_t<Params>>(PyTuple_GET_ITEM(args, I + 2))...);
+}}
+
+template <typename... Params>
+static PyObject* launch(void (*)(Params...), PyObject* args) {{
+    using Arguments = std::tuple<std::decay_t<Params>...>;
+    if (PyTuple_GET_SIZE(args) != sizeof...(Params) + 2) throw std::runtime_error("requires {arg_len} arguments after the name and device");
+    static const char* name = kernel_name(PyUnicode_AsUTF8(PyTuple_GET_ITEM(args, 0)));
+    const long device = PyLong_AsLong(PyTuple_GET_ITEM(args, 1));
+    void* arguments = keep_arguments<Params...>(args, std::index_sequence_for<Params...>{{}});
+    const char* error = launch_kernel(
+        name, static_cast<int>(device),
+        [](void* kept) {{ std::apply({entry_func}, *static_cast<Arguments*>(kept)); }},
+        arguments,
+        [](void* kept) {{ delete static_cast<Arguments*>(kept); }});
+    if (error != nullptr) throw std::runtime_error(error);
+    Py_RETURN_NONE;
+}}
+
+static PyObject* {entry_func}_py(PyObject* self, PyObject* args) {{
+    try {{
+        return launch(&{entry_func}, args);
+    }} catch (const std::exception& e) {{
+        PyErr_SetString(PyExc_RuntimeError, e.what());
+        return nullptr;
+    }}
+}}
+
+static PyMethodDef py_methods[] = {{
+    {{"{entry_func}", {entry_func}_py, METH_VARARGS, ""}},
+    {{NULL, NULL, 0, NULL}}}};
+
+static struct PyModuleDef py_module = {{PyModuleDef_HEAD_INIT, "{entry_func}", NULL, -1, py_methods}};
+
+PyMODINIT_FUNC PyInit_{entry_func}(void) {{
+    const char* data_ptr_address = std::getenv("_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR");
+    void* library = dlopen("libtorch_vdev.so", RTLD_LAZY | RTLD_NOLOAD);
+    if (data_ptr_address == nullptr || library == nullptr) {{
+        PyErr_SetString(PyExc_RuntimeError, "a vdev kernel is loaded by torch_vdev's Inductor backend");
+        return nullptr;
+    }}
+    tensor_data_ptr = reinterpret_cast<decltype(tensor_data_ptr)>(std::strtoull(data_ptr_address, nullptr, 10));
+    kernel_name = reinterpret_cast<decltype(kernel_name)>(dlsym(library, "torch_vdev_generated_kernel_name"));
+    launch_kernel = reinterpret_cast<decltype(launch_kernel)>(dlsym(library, "torch_vdev_launch_generated_kernel"));
+    dlclose(library);  // it stays loaded: the process holds it
+    if (tensor_data_ptr == nullptr || kernel_name == nullptr || launch_kernel == nullptr) {{
+        PyErr_SetString(PyExc_RuntimeError, "libtorch_vdev lacks the launch of generated kernels");
+        return nullptr;
+    }}
+    return PyModule_Create(&py_module);
+}}
+"""
+
+
+def compile_kernel(async_compile: AsyncCompile, argtypes: list, source_code: str):
+    """``async_compile.cpp_pybinding`` for a vdev kernel: compiled with vdev's binding."""
+    if get_compile_threads() <= 1:
+        return VdevKernelBindings.load_pybinding(argtypes, source_code)
+    return LambdaFuture(VdevKernelBindings.load_pybinding_async(argtypes, source_code, submit_fn=async_compile.submit))
 
 
 @functools.cache
@@ -75,41 +192,18 @@ def _is_vdev(device: Optional[torch.device]) -> bool:
     return device.type == BACKEND_NAME
 
 
-def _warn_if_graphs_requested() -> None:
-    from torch._inductor import config
+class _VdevPythonCode:
+    """What Python wrappers (graphs and their subgraphs) write for vdev: buffer
+    allocations on vdev and vdev kernels compiled with, and launched through, vdev's
+    binding."""
 
-    if config.triton.cudagraphs:
-        warnings.warn(
-            f"torch.compile(mode='reduce-overhead') does not use {BACKEND_NAME} graphs yet "
-            f"(compiled {BACKEND_NAME} kernels run on the calling thread, which a graph capture "
-            f"refuses): this graph's compiled code runs without graphs. Use mode='default' or "
-            "mode='max-autotune-no-cudagraphs' on vdev.",
-            stacklevel=2,
-        )
-
-
-class VdevPythonWrapperCodegen(PythonWrapperCodegen):
-    """The Python wrapper of a compiled graph with vdev tensors."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        _warn_if_graphs_requested()
-
-    @staticmethod
-    def create(
-        is_subgraph: bool,
-        subgraph_name: Optional[str],
-        parent_wrapper: Optional[PythonWrapperCodegen],
-        partition_signatures: Any = None,
-    ) -> PythonWrapperCodegen:
-        if is_subgraph:
-            return SubgraphPythonWrapperCodegen(subgraph_name, parent_wrapper, partition_signatures)
-        return VdevPythonWrapperCodegen()
-
-    def write_header(self) -> None:
-        super().write_header()
-        self.imports.writeline(f"from torch_vdev._C import empty_strided as {_ALLOCATE}")
-        self.imports.writeline(f"from torch_vdev._C import launch_kernel as {_LAUNCH_KERNEL}")
+    def define_kernel(self, kernel_name: str, kernel_body: str, metadata=None, gpu=True, cpp_definition=None):
+        # A vdev kernel (the scheduler's current device while it is defined) is compiled
+        # with vdev's launching binding instead of the CPU's.
+        device = V.graph.current_device
+        if device is not None and device.type == BACKEND_NAME and kernel_body.startswith(_CPU_KERNEL_DEFINITION):
+            kernel_body = f"{_COMPILE_KERNEL}(async_compile, {kernel_body[len(_CPU_KERNEL_DEFINITION):]}"
+        super().define_kernel(kernel_name, kernel_body, metadata, gpu, cpp_definition)
 
     def make_allocation(self, name, device, dtype, shape, stride, allocation_shape=None, is_pinned=False):
         from torch._inductor import config
@@ -132,11 +226,33 @@ class VdevPythonWrapperCodegen(PythonWrapperCodegen):
             super()._generate_kernel_call_helper(kernel_name, call_args, device=device, **kwargs)
 
     def launch_kernel_in_stream_order(self, kernel_name: str, call_args, device: torch.device) -> None:
-        # The C++ kernel runs on the calling thread, once the work queued before it on
-        # the device's current stream (copies, extern kernels) is complete, and is
-        # profiled as a vdev kernel (torch_vdev._C.launch_kernel).
-        launch_args = [repr(kernel_name), str(device.index or 0), kernel_name, *call_args]
-        self.writeline(self.wrap_kernel_call(_LAUNCH_KERNEL, launch_args))
+        # The kernel's binding (VdevKernelBindings) launches it on the device's current
+        # stream, under a CPU operator named after it.
+        self.writeline(self.wrap_kernel_call(kernel_name, [repr(kernel_name), str(device.index or 0), *call_args]))
+
+
+class VdevSubgraphPythonWrapperCodegen(_VdevPythonCode, SubgraphPythonWrapperCodegen):
+    """The Python code of a subgraph (``torch.cond`` branches, loop bodies) of a vdev graph."""
+
+
+class VdevPythonWrapperCodegen(_VdevPythonCode, PythonWrapperCodegen):
+    """The Python wrapper of a compiled graph with vdev tensors."""
+
+    @staticmethod
+    def create(
+        is_subgraph: bool,
+        subgraph_name: Optional[str],
+        parent_wrapper: Optional[PythonWrapperCodegen],
+        partition_signatures: Any = None,
+    ) -> PythonWrapperCodegen:
+        if is_subgraph:
+            return VdevSubgraphPythonWrapperCodegen(subgraph_name, parent_wrapper, partition_signatures)
+        return VdevPythonWrapperCodegen()
+
+    def write_header(self) -> None:
+        super().write_header()
+        self.imports.writeline(f"from torch_vdev._C import empty_strided as {_ALLOCATE}")
+        self.imports.writeline(f"from torch_vdev._inductor import compile_kernel as {_COMPILE_KERNEL}")
 
 
 class VdevCppWrapperCodegen(CppWrapperCpu):
@@ -152,7 +268,6 @@ class VdevCppWrapperCodegen(CppWrapperCpu):
         self.device = BACKEND_NAME
         super().__init__()
         self.needs_vec_isa = True
-        _warn_if_graphs_requested()
 
     @staticmethod
     def create(
@@ -310,7 +425,9 @@ def _build_cpp_wrappers_as_cpu_code() -> None:
 def register() -> None:
     _treat_vdev_as_cpp_device()
     _build_cpp_wrappers_as_cpu_code()
-    from . import _inductor_config
+    from . import _compiled_graphs, _inductor_config
+
+    _compiled_graphs.register()
 
     register_device_op_overrides(BACKEND_NAME, VdevDeviceOpOverrides())
     register_backend_for_device(
