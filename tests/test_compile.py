@@ -369,21 +369,38 @@ def test_reduce_overhead_replays_mlp_inference_and_training_steps():
         _assert_close(trained, expected, atol=1e-5, rtol=1e-5)
 
 
-def test_reduce_overhead_runs_without_graphs_what_a_capture_refuses():
-    # Inductor's random numbers are drawn by a random op on the calling thread, which a
-    # capture refuses: the graph runs compiled without graphs, drawing as without them.
+def test_reduce_overhead_replays_random_ops_drawing_fresh_numbers():
+    # Inductor's random seeds come from a random op launched on the stream: captured, a
+    # replay draws new seeds, the same ones the graph-less compiled code draws.
     def fn(x):
         return F.dropout(x.sin(), 0.5, training=True) * 2
 
     x = torch.randn(64, 33, device=VDEV)
     without_graphs = torch.compile(fn)
     with_graphs = torch.compile(fn, mode="reduce-overhead")
-    with pytest.warns(UserWarning, match=r"skipping vdev graphs due to aten::random_: operation not permitted"):
-        for seed in range(3):
-            torch.manual_seed(seed)
-            result = with_graphs(x)
-            torch.manual_seed(seed)
-            _assert_close(result, without_graphs(x))
+    captures, replays = _graph_counts()
+    results = []
+    for seed in range(4):
+        torch.manual_seed(seed)
+        results.append(with_graphs(x).cpu())
+        torch.manual_seed(seed)
+        _assert_close(results[-1], without_graphs(x))
+    assert _graph_counts() == (captures + 1, replays + 3)
+    assert not torch.equal(results[2], results[3])
+
+
+def test_reduce_overhead_runs_without_graphs_what_a_capture_refuses():
+    # CPU flash attention has no meta function on vdev yet, so it runs on the calling
+    # thread, which a capture refuses: the graph runs compiled without graphs.
+    def fn(q):
+        return F.scaled_dot_product_attention(q, q, q).sin()
+
+    q = torch.randn(2, 4, 8, 16, device=VDEV)
+    with_graphs = torch.compile(fn, mode="reduce-overhead")
+    with pytest.warns(UserWarning, match=r"skipping vdev graphs due to aten::_scaled_dot_product_flash_attention_for_cpu: "
+                      r"operation not permitted when stream is capturing"):
+        for _ in range(3):
+            _assert_close(with_graphs(q), fn(q.cpu()))
 
 
 # --- Training: forward, backward and optimizer step compiled --------------------------
