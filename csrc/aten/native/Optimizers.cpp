@@ -16,9 +16,11 @@
 #include <ATen/ops/_foreach_mul_ops.h>
 #include <ATen/ops/_foreach_neg_ops.h>
 #include <ATen/ops/_foreach_norm_ops.h>
+#include <ATen/ops/_foreach_pow_native.h>
 #include <ATen/ops/_foreach_pow_ops.h>
 #include <ATen/ops/_foreach_reciprocal_ops.h>
 #include <ATen/ops/_foreach_sign_ops.h>
+#include <ATen/ops/_foreach_sqrt_native.h>
 #include <ATen/ops/_foreach_sqrt_ops.h>
 #include <ATen/ops/_foreach_sub_ops.h>
 #include <ATen/ops/_foreach_zero_ops.h>
@@ -45,6 +47,15 @@ void foreach_copy(at::TensorList self, at::TensorList src, bool non_blocking) {
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_foreach_copy_", TORCH_FN(foreach_copy));
+  // The foreach ops returning new tensors that optimizers call (Adam's sqrt, capturable
+  // Adam's pow): ATen's per-tensor loop over vdev tensors, so each result is a vdev op
+  // launched on the stream and written in place of its fresh output (the CPU kernel,
+  // run on aliases of the whole lists, would run on the calling thread).
+  m.impl("_foreach_sqrt", TORCH_FN(at::native::foreach_tensor_sqrt_slow));
+  m.impl("_foreach_pow.List", TORCH_FN(at::native::foreach_tensor_pow_list_kernel_slow));
+  m.impl("_foreach_pow.Scalar", TORCH_FN(at::native::foreach_tensor_pow_scalar_kernel_slow));
+  m.impl("_foreach_pow.ScalarList", TORCH_FN(at::native::foreach_tensor_pow_scalarlist_kernel_slow));
+  m.impl("_foreach_pow.ScalarAndTensor", TORCH_FN(at::native::foreach_scalar_pow_list_kernel_slow));
   // Not _foreach_addcmul_/_foreach_addcdiv_.Tensor: their `scalars` is a 1-D CPU
   // tensor, which ATen's composite kernels read on the host as CUDA's do.
   register_cpu_kernels<
@@ -79,14 +90,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
       at::_ops::_foreach_clamp_max_Scalar,
       at::_ops::_foreach_clamp_max_List,
       at::_ops::_foreach_clamp_max_ScalarList,
-      at::_ops::_foreach_pow_Scalar,
-      at::_ops::_foreach_pow_List,
-      at::_ops::_foreach_pow_ScalarList,
-      at::_ops::_foreach_pow_ScalarAndTensor,
       at::_ops::_foreach_abs,
       at::_ops::_foreach_neg,
       at::_ops::_foreach_sign,
-      at::_ops::_foreach_sqrt,
       at::_ops::_foreach_reciprocal,
       at::_ops::_foreach_norm_Scalar>(m);
   // Ops that write only their arguments are queued on the stream.
