@@ -273,10 +273,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm_backward_meta(
   TORCH_CHECK(
       grad_out.sizes() == input.sizes() && grad_out.scalar_type() == input.scalar_type(),
       "batch_norm_backward: grad_out does not match the input");
-  for (const auto* tensor : {&weight, &running_mean, &running_var, &save_mean, &save_invstd}) {
+  for (const auto* tensor : {&weight, &running_mean, &running_var}) {
     check_channel_vector(*tensor, channels);
   }
   const auto defined = [](const std::optional<at::Tensor>& tensor) { return tensor.has_value() && tensor->defined(); };
+  // In evaluation, the forward's saved statistics are empty and unused.
+  if (train) {
+    check_channel_vector(save_mean, channels);
+    check_channel_vector(save_invstd, channels);
+  }
   TORCH_CHECK(
       train ? defined(save_mean) && defined(save_invstd) : defined(running_mean) && defined(running_var),
       "batch_norm_backward: missing statistics");
