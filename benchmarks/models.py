@@ -16,10 +16,10 @@ def _classifier_step(model, optimizer, inputs, targets):
     return step
 
 
-def mlp_step(device: str, batch: int = 64):
+def mlp_step(device: str, batch: int = 64, dropout: float = 0.1):
     torch.manual_seed(0)
     model = torch.nn.Sequential(
-        torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Dropout(0.1),
+        torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Dropout(dropout),
         torch.nn.Linear(512, 512), torch.nn.GELU(), torch.nn.Linear(512, 10),
     ).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
@@ -28,7 +28,7 @@ def mlp_step(device: str, batch: int = 64):
     return _classifier_step(model, optimizer, inputs, targets)
 
 
-def cnn_step(device: str, batch: int = 16):
+def cnn_step(device: str, batch: int = 16, capturable: bool = False):
     torch.manual_seed(0)
     model = torch.nn.Sequential(
         torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.BatchNorm2d(16), torch.nn.ReLU(),
@@ -36,20 +36,23 @@ def cnn_step(device: str, batch: int = 16):
         torch.nn.Conv2d(16, 32, 3, padding=1), torch.nn.BatchNorm2d(32), torch.nn.SiLU(),
         torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(32, 10),
     ).to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, capturable=capturable)
     inputs = torch.randn(batch, 3, 32, 32).to(device)
     targets = torch.randint(0, 10, (batch,)).to(device)
     return _classifier_step(model, optimizer, inputs, targets)
 
 
-def transformer_step(device: str, batch: int = 8, length: int = 32, vocab: int = 1000, layers: int = 2):
+def transformer_step(
+    device: str, batch: int = 8, length: int = 32, vocab: int = 1000, layers: int = 2, dropout: float = 0.1,
+    capturable: bool = False,
+):
     torch.manual_seed(0)
 
     class TinyLM(torch.nn.Module):
         def __init__(self):
             super().__init__()
             self.embed = torch.nn.Embedding(vocab, 64)
-            layer = torch.nn.TransformerEncoderLayer(64, 4, 128, dropout=0.1, batch_first=True)
+            layer = torch.nn.TransformerEncoderLayer(64, 4, 128, dropout=dropout, batch_first=True)
             self.encoder = torch.nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
             self.norm = torch.nn.LayerNorm(64)
             self.head = torch.nn.Linear(64, vocab)
@@ -59,7 +62,7 @@ def transformer_step(device: str, batch: int = 8, length: int = 32, vocab: int =
             return self.head(self.norm(self.encoder(self.embed(tokens), mask=mask, is_causal=True)))
 
     model = TinyLM().to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, capturable=capturable)
     tokens = torch.randint(0, vocab, (batch, length + 1)).to(device)
 
     def step():

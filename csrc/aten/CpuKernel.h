@@ -335,7 +335,8 @@ struct CpuKernel<Op, CpuOp, Result(Args...)> {
 
   static Result call(Args... args) {
     lazy_init();
-    if constexpr (std::is_same_v<Op, CpuOp> && cpu_kernel::FromStack<Result>::kLaunchable) {
+    // Op's launch plan names the CPU kernel the stream runs (CpuOp is for this thread).
+    if constexpr (cpu_kernel::FromStack<Result>::kLaunchable) {
       static const c10::OperatorHandle op =
           c10::Dispatcher::singleton().findSchemaOrThrow(Op::name, Op::overload_name);
       static const OperatorFacts& facts = operator_facts(op);

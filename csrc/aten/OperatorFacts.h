@@ -33,6 +33,9 @@ struct OperatorFacts {
     // The op whose CPU kernel the stream runs: the op itself when it writes only its
     // arguments (in-place, out=), else its out= overload, given the outputs.
     std::optional<c10::OperatorHandle> cpu_op;
+    // vdev's own CPU kernel for cpu_op's work (HandwrittenLaunch::cpu), run instead of
+    // redispatching cpu_op; it takes undefined outputs (a backward's unneeded gradients).
+    const c10::KernelFunction* cpu_kernel = nullptr;
     // Outputs allocated on the host and passed to cpu_op as out= arguments.
     size_t fresh_outputs = 0;
   } launch;

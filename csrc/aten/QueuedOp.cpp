@@ -261,10 +261,18 @@ OperatorFacts::Launch plan_launch(const c10::FunctionSchema& schema, const Opera
     writes = writes || written;
   }
   const c10::KernelFunction* meta = meta_kernel(schema.operator_name());
+  const HandwrittenLaunch* handwritten = meta == nullptr ? handwritten_launch(schema.operator_name()) : nullptr;
+  if (handwritten != nullptr) {
+    meta = &handwritten->meta;
+  }
   if (meta == nullptr) {
     return plan;
   }
-  if (all_written && writes) {
+  if (handwritten != nullptr && handwritten->cpu.isValid() && (all_fresh && !writes)) {
+    plan.cpu_op = c10::Dispatcher::singleton().findOp(schema.operator_name());
+    plan.cpu_kernel = &handwritten->cpu;
+    plan.fresh_outputs = schema.returns().size();
+  } else if (all_written && writes) {
     std::optional<c10::OperatorHandle> self = c10::Dispatcher::singleton().findOp(schema.operator_name());
     if (!self.has_value() || !self->hasKernelForDispatchKey(c10::DispatchKey::CPU)) {
       return plan;
@@ -355,7 +363,11 @@ bool launch_op(const c10::OperatorHandle& op, const OperatorFacts& facts, torch:
   for (size_t i = 0; i < plan.fresh_outputs; ++i) {
     const at::Tensor& meta = meta_stack[i].toTensor();
     if (!meta.defined()) {
-      return false;  // an optional output (a backward's unneeded gradient)
+      if (plan.cpu_kernel == nullptr) {
+        return false;  // an optional output (a backward's unneeded gradient)
+      }
+      fresh.emplace_back();
+      continue;
     }
     at::Tensor& output =
         fresh.emplace_back(empty_strided_tensor(meta.sizes(), meta.strides(), meta.scalar_type(), device));
@@ -406,7 +418,7 @@ bool launch_op(const c10::OperatorHandle& op, const OperatorFacts& facts, torch:
     }
   }
   for (const at::Tensor& output : fresh) {
-    kernel_arguments.emplace_back(aliases.alias(output));
+    kernel_arguments.emplace_back(output.defined() ? aliases.alias(output) : output);
   }
   // The outputs as the host sized them: the kernel must write them as they are.
   c10::SmallVector<at::Tensor, 2> outputs;
@@ -416,7 +428,9 @@ bool launch_op(const c10::OperatorHandle& op, const OperatorFacts& facts, torch:
     }
   }
   for (size_t i = argument_count; i < kernel_arguments.size(); ++i) {
-    outputs.push_back(kernel_arguments[i].toTensor());
+    if (kernel_arguments[i].toTensor().defined()) {
+      outputs.push_back(kernel_arguments[i].toTensor());
+    }
   }
   std::vector<OutputShape> shapes;
   shapes.reserve(outputs.size());
@@ -428,11 +442,16 @@ bool launch_op(const c10::OperatorHandle& op, const OperatorFacts& facts, torch:
   // replays its kernels).
   launch(
       current_stream(device), name,
-      [cpu_op = *plan.cpu_op, kernel_arguments = std::move(kernel_arguments), outputs = std::move(outputs),
-       shapes = std::move(shapes), name, device]() {
+      [cpu_op = *plan.cpu_op, cpu_kernel = plan.cpu_kernel, kernel_arguments = std::move(kernel_arguments),
+       outputs = std::move(outputs), shapes = std::move(shapes), name, device]() {
         profiler::ActivityScope activity(profiler::ActivityKind::kKernel, name, device);
         torch::jit::Stack kernel_stack(kernel_arguments);
-        cpu_op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &kernel_stack);
+        constexpr c10::DispatchKeySet kCpu(c10::DispatchKey::CPU);
+        if (cpu_kernel != nullptr) {
+          cpu_kernel->callBoxed(cpu_op, kCpu, &kernel_stack);
+        } else {
+          cpu_op.redispatchBoxed(kCpu, &kernel_stack);
+        }
         for (size_t i = 0; i < outputs.size(); ++i) {
           TORCH_CHECK(
               OutputShape::of(outputs[i]) == shapes[i], "the CPU kernel changed the shape, memory or math bits ",

@@ -17,6 +17,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(
     bool transposed, c10::SymIntArrayRef output_padding, c10::SymInt groups,
     std::array<bool, 3> output_mask) {
   lazy_init();
+  static const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow(
+      at::_ops::convolution_backward_overrideable::name, at::_ops::convolution_backward_overrideable::overload_name);
+  static const OperatorFacts& facts = operator_facts(op);
+  torch::jit::Stack stack = c10::impl::boxArgs(
+      grad_output, input, weight, stride, padding, dilation, transposed, output_padding, groups, output_mask);
+  if (launch_op(op, facts, &stack)) {
+    return {std::move(stack[0]).toTensor(), std::move(stack[1]).toTensor(), std::move(stack[2]).toTensor()};
+  }
   CpuRedispatch call(at::_ops::convolution_backward_overrideable::name);
   for (const at::Tensor* tensor : {&grad_output, &input, &weight}) {
     call.note_tensor(*tensor);

@@ -1,0 +1,482 @@
+// Launches for the ops models use that have no ATen C++ meta kernel (relu, where,
+// index_select, layer and batch norm, convolution, embedding backward). vdev's own meta
+// functions size their outputs on the host and check what the CPU kernel checks, so bad
+// arguments raise at the call; an argument they are not sure of raises here too, and the
+// op then runs on the calling thread, where the CPU kernel decides. Where the op has no
+// out= overload with a CPU kernel of its own, a CPU kernel here writes the outputs the
+// host allocated: ATen's kernel itself where it can write them (relu as clamp_min), else
+// ATen's functional kernel and a copy (convolution, layer norm, batch norm's backward,
+// embedding backward: their CPU kernels allocate their results).
+#include "aten/MetaKernels.h"
+
+#include <ATen/EmptyTensor.h>
+#include <ATen/TensorIterator.h>
+#include <ATen/TensorUtils.h>
+#include <ATen/native/ConvUtils.h>
+#include <ATen/ops/result_type_native.h>
+#include <ATen/native/cpu/mixed_data_type.h>
+#include <ATen/native/layer_norm.h>
+#include <ATen/ops/clamp_min_meta_dispatch.h>
+#include <ATen/ops/clamp_min_ops.h>
+#include <ATen/ops/convolution_backward_ops.h>
+#include <ATen/ops/convolution_backward_overrideable_ops.h>
+#include <ATen/ops/convolution_ops.h>
+#include <ATen/ops/convolution_overrideable_ops.h>
+#include <ATen/ops/copy_ops.h>
+#include <ATen/ops/embedding_dense_backward_ops.h>
+#include <ATen/ops/index_select_ops.h>
+#include <ATen/ops/native_batch_norm_backward_ops.h>
+#include <ATen/ops/native_batch_norm_ops.h>
+#include <ATen/ops/native_layer_norm_backward_ops.h>
+#include <ATen/ops/native_layer_norm_ops.h>
+#include <ATen/ops/relu_ops.h>
+#include <ATen/ops/where_ops.h>
+#include <c10/util/flat_hash_map.h>
+
+namespace vdev {
+namespace {
+
+constexpr c10::DispatchKeySet kCpu(c10::DispatchKey::CPU);
+
+at::Tensor empty_meta(at::IntArrayRef sizes, c10::ScalarType dtype, c10::MemoryFormat format = c10::MemoryFormat::Contiguous) {
+  return at::detail::empty_meta(sizes, dtype, format);
+}
+
+at::Tensor empty_meta_like(const at::Tensor& tensor, c10::MemoryFormat format) {
+  return empty_meta(tensor.sizes(), tensor.scalar_type(), format);
+}
+
+// A result ATen's functional CPU kernel made, copied into the output the host allocated.
+void copy_into(at::Tensor& output, const at::Tensor& result) {
+  if (output.defined()) {
+    at::_ops::copy_::redispatch(kCpu, output, result, false);
+  }
+}
+
+// --- relu: the CPU kernel is clamp_min(self, 0) after refusing bool.
+
+void check_relu(const at::Tensor& self) {
+  TORCH_CHECK(self.scalar_type() != at::kBool, "Boolean inputs not supported for relu");
+}
+
+at::Tensor relu_meta(const at::Tensor& self) {
+  check_relu(self);
+  return at::meta::clamp_min(self, 0);
+}
+
+at::Tensor& relu__meta(at::Tensor& self) {
+  check_relu(self);
+  return at::meta::clamp_min_(self, 0);
+}
+
+at::Tensor& relu_cpu(const at::Tensor& self, at::Tensor& out) {
+  return at::_ops::clamp_min_out::redispatch(kCpu, self, 0, out);
+}
+
+// --- where(condition, self, other): sized by the TensorIterator where.self_out builds.
+
+at::Tensor where_meta(const at::Tensor& condition, const at::Tensor& self, const at::Tensor& other) {
+  TORCH_CHECK(
+      condition.scalar_type() == at::kBool,
+      "where expected condition to be a boolean tensor, but got a tensor with dtype ", condition.scalar_type());
+  const at::Tensor output;
+  at::TensorIterator iterator = at::TensorIteratorConfig()
+                                    .check_all_same_dtype(false)
+                                    .declare_static_dtype(at::native::result_type(self, other))
+                                    .add_output(output)
+                                    .add_const_input(condition)
+                                    .add_input(self)
+                                    .add_input(other)
+                                    .build();
+  return iterator.output();
+}
+
+// where.self_out keeps an out= argument of the right sizes as it is, else gives it the
+// TensorIterator's layout.
+at::Tensor& where_out_meta(const at::Tensor& condition, const at::Tensor& self, const at::Tensor& other, at::Tensor& out) {
+  const at::Tensor result = where_meta(condition, self, other);
+  TORCH_CHECK(
+      out.scalar_type() == result.scalar_type(), "Expected out type to be ", result.scalar_type(), " but got ",
+      out.scalar_type());
+  if (out.sizes() != result.sizes()) {
+    out.unsafeGetTensorImpl()->set_sizes_and_strides(result.sizes(), result.strides());
+  }
+  return out;
+}
+
+// --- index_select(self, dim, index): index_select.out has a CPU kernel.
+
+at::Tensor index_select_meta(const at::Tensor& self, int64_t dim, const at::Tensor& index) {
+  TORCH_CHECK_INDEX(index.dim() <= 1, "index_select(): Index is supposed to be a vector");
+  TORCH_CHECK(
+      index.scalar_type() == at::kLong || index.scalar_type() == at::kInt,
+      "index_select(): Expected dtype int32 or int64 for index");
+  const int64_t count = index.numel();
+  TORCH_CHECK_INDEX(
+      self.dim() > 0 || count == 1, "index_select(): Index to scalar can have only 1 value, got ", count,
+      " value(s)");
+  std::vector<int64_t> sizes = self.sizes().vec();
+  if (self.dim() > 0) {
+    sizes[c10::maybe_wrap_dim(dim, self.dim())] = count;
+  }
+  return empty_meta(sizes, self.scalar_type());
+}
+
+// --- embedding_dense_backward: its CPU kernel accumulates into zeros it allocates.
+
+at::Tensor embedding_dense_backward_meta(
+    const at::Tensor& grad_output, const at::Tensor& indices, c10::SymInt num_weights, c10::SymInt /*padding_idx*/,
+    bool /*scale_grad_by_freq*/) {
+  at::checkScalarTypes("embedding_backward", at::TensorArg(indices, "indices", 2), {at::kLong, at::kInt});
+  TORCH_CHECK(grad_output.dim() > 0 && num_weights.expect_int() >= 0, "embedding_backward: invalid arguments");
+  return empty_meta({num_weights.expect_int(), grad_output.size(-1)}, grad_output.scalar_type());
+}
+
+at::Tensor& embedding_dense_backward_cpu(
+    const at::Tensor& grad_output, const at::Tensor& indices, c10::SymInt num_weights, c10::SymInt padding_idx,
+    bool scale_grad_by_freq, at::Tensor& out) {
+  copy_into(
+      out, at::_ops::embedding_dense_backward::redispatch(
+               kCpu, grad_output, indices, std::move(num_weights), std::move(padding_idx), scale_grad_by_freq));
+  return out;
+}
+
+// --- native_layer_norm and its backward: their CPU kernels allocate their results (and
+// ATen's LayerNormKernel, which could write given ones, is not exported).
+
+at::Tensor value_or_undefined(const std::optional<at::Tensor>& tensor) {
+  return tensor.has_value() ? *tensor : at::Tensor();
+}
+
+// The mean and rstd as the CPU kernel shapes them: the input's leading sizes, then ones.
+std::vector<int64_t> layer_norm_stat_sizes(const at::Tensor& input, size_t normalized_dims) {
+  std::vector<int64_t> sizes = input.sizes().vec();
+  std::fill(sizes.end() - static_cast<std::ptrdiff_t>(normalized_dims), sizes.end(), 1);
+  return sizes;
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm_meta(
+    const at::Tensor& input, c10::SymIntArrayRef normalized_shape, const std::optional<at::Tensor>& weight,
+    const std::optional<at::Tensor>& bias, double /*eps*/) {
+  const at::Tensor gamma = value_or_undefined(weight);
+  const at::Tensor beta = value_or_undefined(bias);
+  const bool mixed_type = at::native::is_mixed_type(input, gamma, beta);
+  if (mixed_type) {
+    at::native::check_mixed_data_type(input, gamma, beta);
+  }
+  at::native::_check_layer_norm_inputs(input, C10_AS_INTARRAYREF_SLOW(normalized_shape), gamma, beta);
+  const c10::ScalarType stat_type = at::native::param_scalar_type(input, mixed_type);
+  const std::vector<int64_t> stat_sizes = layer_norm_stat_sizes(input, normalized_shape.size());
+  return {
+      empty_meta(input.sizes(), input.scalar_type()), empty_meta(stat_sizes, stat_type),
+      empty_meta(stat_sizes, stat_type)};
+}
+
+std::tuple<at::Tensor&, at::Tensor&, at::Tensor&> native_layer_norm_cpu(
+    const at::Tensor& input, c10::SymIntArrayRef normalized_shape, const std::optional<at::Tensor>& weight,
+    const std::optional<at::Tensor>& bias, double eps, at::Tensor& out, at::Tensor& mean, at::Tensor& rstd) {
+  const auto [out_result, mean_result, rstd_result] =
+      at::_ops::native_layer_norm::redispatch(kCpu, input, normalized_shape, weight, bias, eps);
+  copy_into(out, out_result);
+  copy_into(mean, mean_result);
+  copy_into(rstd, rstd_result);
+  return {out, mean, rstd};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm_backward_meta(
+    const at::Tensor& grad_out, const at::Tensor& input, c10::SymIntArrayRef normalized_shape,
+    const at::Tensor& mean, const at::Tensor& rstd, const std::optional<at::Tensor>& weight,
+    const std::optional<at::Tensor>& bias, std::array<bool, 3> output_mask) {
+  const at::Tensor gamma = value_or_undefined(weight);
+  const at::Tensor beta = value_or_undefined(bias);
+  const auto [rows, columns] =
+      at::native::_check_layer_norm_inputs(input, C10_AS_INTARRAYREF_SLOW(normalized_shape), gamma, beta);
+  // The CPU kernel reads these as flat buffers of the input's and the statistics' sizes.
+  TORCH_CHECK(
+      grad_out.sizes() == input.sizes() && mean.numel() == rows && rstd.numel() == rows &&
+          (!output_mask[1] || gamma.defined()) && (!output_mask[2] || beta.defined() || gamma.defined()),
+      "native_layer_norm_backward: arguments do not match the input");
+  return {
+      output_mask[0] ? empty_meta(input.sizes(), input.scalar_type()) : at::Tensor(),
+      output_mask[1] ? empty_meta_like(gamma, c10::MemoryFormat::Contiguous) : at::Tensor(),
+      output_mask[2] ? empty_meta_like(beta.defined() ? beta : gamma, c10::MemoryFormat::Contiguous) : at::Tensor()};
+}
+
+std::tuple<at::Tensor&, at::Tensor&, at::Tensor&> native_layer_norm_backward_cpu(
+    const at::Tensor& grad_out, const at::Tensor& input, c10::SymIntArrayRef normalized_shape,
+    const at::Tensor& mean, const at::Tensor& rstd, const std::optional<at::Tensor>& weight,
+    const std::optional<at::Tensor>& bias, std::array<bool, 3> output_mask, at::Tensor& grad_input,
+    at::Tensor& grad_weight, at::Tensor& grad_bias) {
+  const auto [input_result, weight_result, bias_result] = at::_ops::native_layer_norm_backward::redispatch(
+      kCpu, grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask);
+  copy_into(grad_input, input_result);
+  copy_into(grad_weight, weight_result);
+  copy_into(grad_bias, bias_result);
+  return {grad_input, grad_weight, grad_bias};
+}
+
+// --- native_batch_norm: native_batch_norm.out has a CPU kernel; the backward copies.
+
+int64_t batch_norm_channels(const at::Tensor& input) {
+  TORCH_CHECK(input.dim() >= 2, "batch_norm: expected an input with at least 2 dimensions");
+  return input.size(1);
+}
+
+void check_channel_vector(const std::optional<at::Tensor>& tensor, int64_t channels) {
+  TORCH_CHECK(
+      !tensor.has_value() || !tensor->defined() || (tensor->dim() == 1 && tensor->size(0) == channels),
+      "batch_norm: expected a parameter or statistic of ", channels, " elements");
+}
+
+c10::ScalarType batch_norm_stat_type(
+    const at::Tensor& input, const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
+    const std::optional<at::Tensor>& running_mean, const std::optional<at::Tensor>& running_var) {
+  const bool mixed_type = at::native::is_mixed_type(
+      input, value_or_undefined(weight), value_or_undefined(bias), value_or_undefined(running_mean),
+      value_or_undefined(running_var));
+  if (mixed_type) {
+    at::native::check_mixed_data_type(
+        input, value_or_undefined(weight), value_or_undefined(bias), value_or_undefined(running_mean),
+        value_or_undefined(running_var));
+  }
+  return at::native::param_scalar_type(input, mixed_type);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm_meta(
+    const at::Tensor& input, const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
+    const std::optional<at::Tensor>& running_mean, const std::optional<at::Tensor>& running_var, bool training,
+    double /*momentum*/, double /*eps*/) {
+  const int64_t channels = batch_norm_channels(input);
+  TORCH_CHECK(
+      at::isFloatingType(input.scalar_type()) && !at::isComplexType(input.scalar_type()),
+      "batch_norm: expected a floating-point input");
+  for (const auto* tensor : {&weight, &bias, &running_mean, &running_var}) {
+    check_channel_vector(*tensor, channels);
+  }
+  TORCH_CHECK(
+      training || (running_mean.has_value() && running_mean->defined() && running_var.has_value() &&
+                   running_var->defined()),
+      "batch_norm: running_mean and running_var must be defined in evaluation mode");
+  const c10::ScalarType stat_type = batch_norm_stat_type(input, weight, bias, running_mean, running_var);
+  const int64_t stat_size = training ? channels : 0;
+  return {
+      empty_meta_like(input, input.suggest_memory_format()), empty_meta({stat_size}, stat_type),
+      empty_meta({stat_size}, stat_type)};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm_backward_meta(
+    const at::Tensor& grad_out, const at::Tensor& input, const std::optional<at::Tensor>& weight,
+    const std::optional<at::Tensor>& running_mean, const std::optional<at::Tensor>& running_var,
+    const std::optional<at::Tensor>& save_mean, const std::optional<at::Tensor>& save_invstd, bool train,
+    double /*eps*/, std::array<bool, 3> output_mask) {
+  const int64_t channels = batch_norm_channels(input);
+  TORCH_CHECK(
+      grad_out.sizes() == input.sizes() && grad_out.scalar_type() == input.scalar_type(),
+      "batch_norm_backward: grad_out does not match the input");
+  for (const auto* tensor : {&weight, &running_mean, &running_var}) {
+    check_channel_vector(*tensor, channels);
+  }
+  const auto defined = [](const std::optional<at::Tensor>& tensor) { return tensor.has_value() && tensor->defined(); };
+  // In evaluation, the forward's saved statistics are empty and unused.
+  if (train) {
+    check_channel_vector(save_mean, channels);
+    check_channel_vector(save_invstd, channels);
+  }
+  TORCH_CHECK(
+      train ? defined(save_mean) && defined(save_invstd) : defined(running_mean) && defined(running_var),
+      "batch_norm_backward: missing statistics");
+  const c10::ScalarType stat_type = at::native::param_scalar_type(
+      input,
+      at::native::is_mixed_type(
+          input, value_or_undefined(weight), value_or_undefined(running_mean), value_or_undefined(running_var),
+          value_or_undefined(save_mean), value_or_undefined(save_invstd)));
+  return {
+      output_mask[0] ? empty_meta_like(input, input.suggest_memory_format()) : at::Tensor(),
+      output_mask[1] ? empty_meta({channels}, stat_type) : at::Tensor(),
+      output_mask[2] ? empty_meta({channels}, stat_type) : at::Tensor()};
+}
+
+std::tuple<at::Tensor&, at::Tensor&, at::Tensor&> native_batch_norm_backward_cpu(
+    const at::Tensor& grad_out, const at::Tensor& input, const std::optional<at::Tensor>& weight,
+    const std::optional<at::Tensor>& running_mean, const std::optional<at::Tensor>& running_var,
+    const std::optional<at::Tensor>& save_mean, const std::optional<at::Tensor>& save_invstd, bool train, double eps,
+    std::array<bool, 3> output_mask, at::Tensor& grad_input, at::Tensor& grad_weight, at::Tensor& grad_bias) {
+  const auto [input_result, weight_result, bias_result] = at::_ops::native_batch_norm_backward::redispatch(
+      kCpu, grad_out, input, weight, running_mean, running_var, save_mean, save_invstd, train, eps, output_mask);
+  copy_into(grad_input, input_result);
+  copy_into(grad_weight, weight_result);
+  copy_into(grad_bias, bias_result);
+  return {grad_input, grad_weight, grad_bias};
+}
+
+// --- convolution: ATen's CPU convolutions (mkldnn, slow_conv2d, ...) allocate their
+// results, so the kernel copies them into the outputs.
+
+struct ConvolutionGeometry {
+  std::vector<int64_t> output_sizes;
+  c10::MemoryFormat format;
+};
+
+ConvolutionGeometry convolution_geometry(
+    const at::Tensor& input, const at::Tensor& weight, c10::SymIntArrayRef stride, c10::SymIntArrayRef padding,
+    c10::SymIntArrayRef dilation, bool transposed, c10::SymIntArrayRef output_padding, const c10::SymInt& groups) {
+  const int64_t dims = input.dim();
+  const size_t spatial = dims - 2;
+  const int64_t group_count = groups.expect_int();
+  // Anything else (unexpanded or invalid parameters, empty tensors, mixed dtypes) the
+  // CPU kernel handles on the calling thread.
+  TORCH_CHECK(
+      dims >= 3 && weight.dim() == dims && stride.size() == spatial && padding.size() == spatial &&
+          dilation.size() == spatial && output_padding.size() == spatial && group_count > 0 && input.numel() > 0 &&
+          weight.numel() > 0 && input.scalar_type() == weight.scalar_type() &&
+          at::isFloatingType(input.scalar_type()),
+      "convolution: arguments vdev sizes on the calling thread");
+  const std::vector<int64_t> strides = C10_AS_INTARRAYREF_SLOW(stride).vec();
+  const std::vector<int64_t> paddings = C10_AS_INTARRAYREF_SLOW(padding).vec();
+  const std::vector<int64_t> dilations = C10_AS_INTARRAYREF_SLOW(dilation).vec();
+  const std::vector<int64_t> output_paddings = C10_AS_INTARRAYREF_SLOW(output_padding).vec();
+  for (size_t i = 0; i < spatial; ++i) {
+    TORCH_CHECK(
+        strides[i] > 0 && paddings[i] >= 0 && dilations[i] > 0 && output_paddings[i] >= 0 &&
+            (transposed || output_paddings[i] == 0),
+        "convolution: invalid stride, padding or dilation");
+  }
+  TORCH_CHECK(
+      transposed ? input.size(1) == weight.size(0) && weight.size(0) % group_count == 0
+                 : input.size(1) == weight.size(1) * group_count && weight.size(0) % group_count == 0,
+      "convolution: input channels do not match the weight and groups");
+  std::vector<int64_t> output_sizes = transposed
+      ? at::native::conv_input_size(
+            input.sizes(), weight.sizes(), paddings, output_paddings, strides, dilations, group_count)
+      : at::native::conv_output_size(input.sizes(), weight.sizes(), paddings, strides, dilations);
+  for (int64_t size : output_sizes) {
+    TORCH_CHECK(size > 0, "convolution: the output would be empty");
+  }
+  // As ATen's CPU convolutions: channels-last if the input or the weight is.
+  const c10::MemoryFormat channels_last =
+      dims == 4 ? c10::MemoryFormat::ChannelsLast : c10::MemoryFormat::ChannelsLast3d;
+  const bool is_channels_last = (dims == 4 || dims == 5) &&
+      (input.suggest_memory_format() == channels_last || weight.suggest_memory_format() == channels_last);
+  return {std::move(output_sizes), is_channels_last ? channels_last : c10::MemoryFormat::Contiguous};
+}
+
+at::Tensor convolution_meta(
+    const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+    c10::SymIntArrayRef stride, c10::SymIntArrayRef padding, c10::SymIntArrayRef dilation, bool transposed,
+    c10::SymIntArrayRef output_padding, c10::SymInt groups) {
+  const ConvolutionGeometry geometry =
+      convolution_geometry(input, weight, stride, padding, dilation, transposed, output_padding, groups);
+  TORCH_CHECK(
+      !bias.has_value() || !bias->defined() ||
+          (bias->dim() == 1 && bias->size(0) == geometry.output_sizes[1] &&
+           bias->scalar_type() == input.scalar_type()),
+      "convolution: the bias does not match the output channels");
+  return empty_meta(geometry.output_sizes, input.scalar_type(), geometry.format);
+}
+
+at::Tensor& convolution_cpu(
+    const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+    c10::SymIntArrayRef stride, c10::SymIntArrayRef padding, c10::SymIntArrayRef dilation, bool transposed,
+    c10::SymIntArrayRef output_padding, c10::SymInt groups, at::Tensor& out) {
+  copy_into(
+      out, at::_ops::convolution::redispatch(
+               kCpu, input, weight, bias, stride, padding, dilation, transposed, output_padding, std::move(groups)));
+  return out;
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_meta(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight, c10::SymIntArrayRef stride,
+    c10::SymIntArrayRef padding, c10::SymIntArrayRef dilation, bool transposed, c10::SymIntArrayRef output_padding,
+    c10::SymInt groups, std::array<bool, 3> output_mask) {
+  const ConvolutionGeometry geometry =
+      convolution_geometry(input, weight, stride, padding, dilation, transposed, output_padding, groups);
+  TORCH_CHECK(
+      grad_output.sizes() == at::IntArrayRef(geometry.output_sizes) &&
+          grad_output.scalar_type() == input.scalar_type(),
+      "convolution_backward: grad_output does not match the convolution's output");
+  return {
+      output_mask[0] ? empty_meta_like(input, geometry.format) : at::Tensor(),
+      output_mask[1] ? empty_meta_like(weight, geometry.format) : at::Tensor(),
+      output_mask[2] ? empty_meta({geometry.output_sizes[1]}, input.scalar_type()) : at::Tensor()};
+}
+
+std::tuple<at::Tensor&, at::Tensor&, at::Tensor&> convolution_backward_cpu(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight, c10::SymIntArrayRef stride,
+    c10::SymIntArrayRef padding, c10::SymIntArrayRef dilation, bool transposed, c10::SymIntArrayRef output_padding,
+    c10::SymInt groups, std::array<bool, 3> output_mask, at::Tensor& grad_input, at::Tensor& grad_weight,
+    at::Tensor& grad_bias) {
+  const c10::SymInt bias_size = grad_output.sym_size(1);
+  const auto [input_result, weight_result, bias_result] = at::_ops::convolution_backward::redispatch(
+      kCpu, grad_output, input, weight, c10::SymIntArrayRef(&bias_size, 1), stride, padding, dilation, transposed,
+      output_padding, std::move(groups), output_mask);
+  copy_into(grad_input, input_result);
+  copy_into(grad_weight, weight_result);
+  copy_into(grad_bias, bias_result);
+  return {grad_input, grad_weight, grad_bias};
+}
+
+using LaunchTable = ska::flat_hash_map<c10::OperatorName, HandwrittenLaunch>;
+
+template <class Op>
+c10::OperatorName name_of() {
+  return c10::OperatorName(Op::name, Op::overload_name);
+}
+
+// An op whose out= overload (or, in place, the op itself) has a CPU kernel.
+template <class Op, typename Op::schema* meta>
+void add_launch(LaunchTable& table) {
+  table.emplace(
+      name_of<Op>(),
+      HandwrittenLaunch{
+          c10::KernelFunction::makeFromUnboxedFunction(c10::CompileTimeFunctionPointer<typename Op::schema, meta>()),
+          c10::KernelFunction()});
+}
+
+// An op whose outputs vdev's CPU kernel `cpu` (of OutOp's schema) writes.
+template <class Op, typename Op::schema* meta, class OutOp, typename OutOp::schema* cpu>
+void add_launch(LaunchTable& table) {
+  table.emplace(
+      name_of<Op>(),
+      HandwrittenLaunch{
+          c10::KernelFunction::makeFromUnboxedFunction(c10::CompileTimeFunctionPointer<typename Op::schema, meta>()),
+          c10::KernelFunction::makeFromUnboxedFunction(
+              c10::CompileTimeFunctionPointer<typename OutOp::schema, cpu>())});
+}
+
+LaunchTable make_launch_table() {
+  namespace ops = at::_ops;
+  LaunchTable table;
+  add_launch<ops::relu, relu_meta, ops::relu_out, relu_cpu>(table);
+  add_launch<ops::relu_, relu__meta>(table);
+  add_launch<ops::where_self, where_meta>(table);
+  add_launch<ops::where_self_out, where_out_meta>(table);
+  add_launch<ops::index_select, index_select_meta>(table);
+  add_launch<
+      ops::embedding_dense_backward, embedding_dense_backward_meta, ops::embedding_dense_backward_out,
+      embedding_dense_backward_cpu>(table);
+  add_launch<ops::native_layer_norm, native_layer_norm_meta, ops::native_layer_norm_out, native_layer_norm_cpu>(
+      table);
+  add_launch<
+      ops::native_layer_norm_backward, native_layer_norm_backward_meta, ops::native_layer_norm_backward_out,
+      native_layer_norm_backward_cpu>(table);
+  add_launch<ops::native_batch_norm, native_batch_norm_meta>(table);
+  add_launch<
+      ops::native_batch_norm_backward, native_batch_norm_backward_meta, ops::native_batch_norm_backward_out,
+      native_batch_norm_backward_cpu>(table);
+  add_launch<ops::convolution_overrideable, convolution_meta, ops::convolution_overrideable_out, convolution_cpu>(
+      table);
+  add_launch<
+      ops::convolution_backward_overrideable, convolution_backward_meta, ops::convolution_backward_overrideable_out,
+      convolution_backward_cpu>(table);
+  return table;
+}
+
+} // namespace
+
+const HandwrittenLaunch* handwritten_launch(const c10::OperatorName& name) {
+  static const LaunchTable* const table = new LaunchTable(make_launch_table());
+  auto found = table->find(name);
+  return found == table->end() ? nullptr : &found->second;
+}
+
+} // namespace vdev
