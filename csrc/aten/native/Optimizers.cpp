@@ -103,8 +103,9 @@ at::TensorList first_list(const First& first, const Rest&... rest) {
 }
 
 // The kernel of a foreach op returning new tensors: on CUDA's fast route, launched on
-// the stream with outputs from the caching allocator (capturable); else ATen's CPU
-// kernel on the calling thread (CpuKernel). The queued kernel runs the CPU kernel and
+// the stream with outputs from the caching allocator (capturable); else CUDA's slow
+// route, ATen's per-tensor loop (the op's CPU kernel is that device-generic loop), whose
+// per-tensor vdev ops launch on their own. The queued kernel runs the CPU kernel and
 // copies its results into the outputs.
 template <class Op, class Schema = typename Op::schema>
 struct LaunchedForeach;
@@ -117,7 +118,7 @@ struct LaunchedForeach<Op, std::vector<at::Tensor>(Args...)> {
     FastRoute route(shapes);
     (route.check(args), ...);
     if (!route.taken()) {
-      return CpuKernel<Op>::call(std::forward<Args>(args)...);
+      return Op::redispatch(c10::DispatchKeySet(c10::DispatchKey::CPU), args...);
     }
     c10::DeviceIndex device = -1;
     {
