@@ -39,6 +39,7 @@ SOURCES = {
     "test_tensor_creation_ops.py": Source("maggiemoss/pytorch", "4b78f85938a63c12719f266324b57ffe9f3b7581", 215487),
     "test_binary_ufuncs.py": Source("pytorch/pytorch", "2c6c86ba286f20cdfcc8863b86ec2735f5d9c172", 183228),
     "test_reductions.py": Source("pytorch/pytorch", "20d26decd96326b8777d0bd8b591e593a2e7b758", 173074),
+    "test_modules.py": Source("maggiemoss/pytorch", "4b78f85938a63c12719f266324b57ffe9f3b7581", 58052),
 }
 
 SHIMS = {

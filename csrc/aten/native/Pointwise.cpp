@@ -11,7 +11,6 @@
 #include <ATen/ops/abs_ops.h>
 #include <ATen/ops/add_ops.h>
 #include <ATen/ops/addcdiv_ops.h>
-#include <ATen/ops/addcmul_ops.h>
 #include <ATen/ops/atan2_ops.h>
 #include <ATen/ops/bitwise_and_ops.h>
 #include <ATen/ops/bitwise_not_ops.h>
@@ -280,9 +279,6 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
       at::_ops::minimum_out,
       at::_ops::masked_fill__Scalar,
       at::_ops::masked_fill__Tensor,
-      at::_ops::addcmul,
-      at::_ops::addcmul_out,
-      at::_ops::addcmul_,
       at::_ops::addcdiv,
       at::_ops::addcdiv_out,
       at::_ops::addcdiv_,
