@@ -61,3 +61,50 @@ def test_complex_scatter_sums_match_cpu(call):
     target = torch.randn(2, 2, dtype=torch.complex64)
     result = call(target.to(DEVICE), index.to(DEVICE), source.to(DEVICE))
     assert_close(result.cpu(), call(target.clone(), index, source))
+
+
+HALF_CASES = [  # (op, self, other, alpha), values where rounding alpha * other or the scalar first overflows
+    (torch.add, 60000.0, -60000.0, 2),
+    (torch.sub, 60000.0, 60000.0, 2),
+    (torch.add, 60000.0, -70000.0, 1),
+    (torch.sub, 60000.0, 70000.0, 1),
+    (torch.add, 1.0, 3.0e4, 3.0),
+]
+
+
+def cuda_add(self, other, alpha, dtype):
+    """CUDA's self + alpha * other in float16/bfloat16: a tensor operand read in its dtype, a
+    Python number as a float, computed in float and rounded once."""
+    read = other.to(dtype).float() if isinstance(other, torch.Tensor) else torch.tensor(other, dtype=torch.float)
+    return torch.add(self.float(), read, alpha=alpha).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("op, self_value, other_value, alpha", HALF_CASES)
+def test_reduced_precision_add_and_sub_compute_in_float_as_on_cuda(dtype, op, self_value, other_value, alpha):
+    self = torch.full((3,), self_value, dtype=dtype)
+    signed_alpha = alpha if op is torch.add else -alpha
+    tensor_other = torch.full((3,), other_value).to(dtype)
+    for other, device_other in ((tensor_other, tensor_other.to(DEVICE)), (other_value, other_value)):
+        if not isinstance(other, torch.Tensor) and alpha != 1:
+            continue  # a Python number with alpha is add.Scalar's, covered with alpha 1
+        expected = cuda_add(self, other, signed_alpha, dtype)
+        assert torch.equal(op(self.to(DEVICE), device_other, alpha=alpha).cpu(), expected)
+        assert torch.equal(getattr(self.to(DEVICE), op.__name__ + "_")(device_other, alpha=alpha).cpu(), expected)
+        out = torch.empty(3, dtype=torch.float32, device=DEVICE)
+        op(self.to(DEVICE), device_other, alpha=alpha, out=out)
+        assert torch.equal(out.cpu(), expected.float())
+
+
+def test_reduced_precision_add_keeps_cpu_results_and_errors_elsewhere():
+    # alpha 1 and tensors of one dtype: CPU's kernel, which also rounds once.
+    a, b = torch.randn(100, dtype=torch.float16), torch.randn(100, dtype=torch.float16)
+    assert torch.equal((a.to(DEVICE) + b.to(DEVICE)).cpu(), a + b)
+    assert torch.equal(torch.add(a.to(DEVICE), b.to(DEVICE), alpha=0.3).cpu(), cuda_add(a, b, 0.3, torch.float16))
+    with pytest.raises(RuntimeError, match="with a bool tensor is not supported"):
+        torch.sub(a.to(DEVICE), torch.ones(100, dtype=torch.bool, device=DEVICE), alpha=2)
+    overlapping = torch.arange(10.0, dtype=torch.float16, device=DEVICE)
+    with pytest.raises(RuntimeError, match="refer to a single memory location"):
+        overlapping[:3].add_(overlapping[1:4], alpha=2)
+    with pytest.raises(RuntimeError, match="can't be cast to the desired output type"):
+        torch.ones(3, dtype=torch.int32, device=DEVICE).add_(torch.ones(3, dtype=torch.float16, device=DEVICE), alpha=2)
