@@ -108,3 +108,25 @@ def test_reduced_precision_add_keeps_cpu_results_and_errors_elsewhere():
         overlapping[:3].add_(overlapping[1:4], alpha=2)
     with pytest.raises(RuntimeError, match="can't be cast to the desired output type"):
         torch.ones(3, dtype=torch.int32, device=DEVICE).add_(torch.ones(3, dtype=torch.float16, device=DEVICE), alpha=2)
+
+
+@pytest.mark.parametrize("call", [
+    lambda x, out: torch.sum(x, dim=[0], dtype=torch.float32, out=out),
+    lambda x, out: torch.amax(x, 0, out=out),
+    lambda x, out: torch.cumsum(x, 0, out=out),
+], ids=["sum", "amax", "cumsum"])
+def test_a_host_out_tensor_of_a_structured_op_gets_cudas_error(call):
+    # CUDA's structured out= kernels name the out tensor's device (their meta function's check).
+    x = torch.randn(5, device=DEVICE)
+    out = torch.full((7,), 3.0)
+    with pytest.raises(RuntimeError, match=f"Expected out tensor to have device {x.device}, but got cpu instead"):
+        call(x, out)
+    assert torch.equal(out, torch.full((7,), 3.0))
+
+
+def test_a_host_out_tensor_of_a_tensor_iterator_op_gets_cudas_error():
+    x = torch.randn(5, device=DEVICE)
+    out = torch.zeros(5)
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device, but found at least two devices"):
+        torch.add(x, x, out=out)
+    assert torch.equal(out, torch.zeros(5))
