@@ -11,10 +11,6 @@
 namespace vdev {
 namespace {
 
-bool is_cpu_scalar(const at::Tensor& tensor) {
-  return tensor.defined() && tensor.is_cpu() && tensor.dim() == 0;
-}
-
 void check_cpu_scalars(const at::Tensor& self, const at::Tensor& tensor1) {
   TORCH_CHECK(
       !is_cpu_scalar(self),

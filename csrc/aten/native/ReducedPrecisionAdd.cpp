@@ -7,6 +7,7 @@
 // CPU scalar operand of another dtype - in float as CUDA does; every other call, and
 // every call CPU's kernel would refuse, runs the CPU kernel (CpuKernel.h).
 #include "aten/CpuKernel.h"
+#include "aten/Tensor.h"
 
 #include <ATen/ExpandUtils.h>
 #include <ATen/MemoryOverlap.h>
@@ -19,10 +20,6 @@
 
 namespace vdev {
 namespace {
-
-bool is_cpu_scalar(const at::Tensor& tensor) {
-  return tensor.is_cpu() && tensor.dim() == 0;
-}
 
 // The dtype CUDA computes self + alpha * other in, if it computes it in float where CPU does not.
 std::optional<c10::ScalarType> computed_in_float(
