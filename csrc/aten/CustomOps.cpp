@@ -87,7 +87,7 @@ c10::Device scaled_add_device(const at::Tensor& self, const at::Tensor& other) {
   const at::Tensor& on_device = is_vdev(self) ? self : other;
   const at::Tensor& second = is_vdev(self) ? other : self;
   TORCH_CHECK(
-      second.device() == on_device.device() || (second.device().is_cpu() && second.dim() == 0),
+      second.device() == on_device.device() || is_cpu_scalar(second),
       "Expected all tensors to be on the same device, but found at least two devices, ",
       on_device.device(), " and ", second.device(), "! (in ", kScaledAddName, ")");
   return on_device.device();

@@ -291,6 +291,30 @@ OperatorFacts::Launch plan_launch(const c10::FunctionSchema& schema, const Opera
   return plan;
 }
 
+namespace {
+
+// A written argument on the host: CUDA raises what the op's meta function raises of it
+// (TensorIterator's "Expected all tensors to be on the same device", a structured out=
+// kernel's "Expected out tensor to have device ..."), before any kernel runs; so does
+// vdev, running the meta function on the arguments as given.
+void raise_as_meta_for_host_output(
+    const c10::OperatorHandle& op,
+    const OperatorFacts& facts,
+    c10::ArrayRef<c10::IValue> arguments) {
+  bool host_output = false;
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    const c10::IValue& value = arguments[i];
+    host_output = host_output ||
+        (facts.written[i] && value.isTensor() && value.toTensor().defined() && value.toTensor().is_cpu());
+  }
+  if (host_output) {
+    torch::jit::Stack stack(arguments.begin(), arguments.end());
+    facts.launch.meta->callBoxed(op, c10::DispatchKeySet(c10::DispatchKey::Meta), &stack);
+  }
+}
+
+} // namespace
+
 bool launch_op(const c10::OperatorHandle& op, const OperatorFacts& facts, torch::jit::Stack* stack) {
   const OperatorFacts::Launch& plan = facts.launch;
   if (plan.meta == nullptr) {
@@ -320,6 +344,7 @@ bool launch_op(const c10::OperatorHandle& op, const OperatorFacts& facts, torch:
     }
   }
 
+  raise_as_meta_for_host_output(op, facts, arguments);
   const char* name = op.schema().name().c_str();
   c10::DeviceIndex device = -1;
   {

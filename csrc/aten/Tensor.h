@@ -68,6 +68,11 @@ inline bool is_vdev(const at::Tensor& tensor) {
   return tensor.defined() && tensor.device().type() == kDeviceType;
 }
 
+// A 0-dim CPU tensor, which TensorIterator lets join device tensors as a scalar operand.
+inline bool is_cpu_scalar(const at::Tensor& tensor) {
+  return tensor.defined() && tensor.is_cpu() && tensor.dim() == 0;
+}
+
 // `impl` as a vdev TensorImpl, or nullptr. Every tensor vdev makes has a vdev
 // TensorImpl; a CPU tensor moved in place (`cpu_tensor.data = vdev_tensor`, see
 // _has_compatible_shallow_copy_type) keeps its own. TensorImpl is final, so comparing

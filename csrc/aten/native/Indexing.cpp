@@ -17,7 +17,6 @@
 #include <ATen/ops/put_ops.h>
 #include <ATen/ops/scatter_ops.h>
 #include <ATen/ops/scatter_add_ops.h>
-#include <ATen/ops/scatter_reduce_ops.h>
 #include <ATen/ops/take_ops.h>
 
 namespace vdev {
@@ -32,16 +31,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
       at::_ops::gather_out,
       at::_ops::scatter_value,
       at::_ops::scatter_src,
-      at::_ops::scatter_reduce,
-      at::_ops::scatter_value_reduce,
       at::_ops::scatter_src_out,
       at::_ops::scatter_value_out,
-      at::_ops::scatter_reduce_out,
-      at::_ops::scatter_value_reduce_out,
       at::_ops::scatter__src,
       at::_ops::scatter__value,
-      at::_ops::scatter__reduce,
-      at::_ops::scatter__value_reduce,
       at::_ops::scatter_add,
       at::_ops::scatter_add_out,
       at::_ops::scatter_add_,

@@ -9,9 +9,7 @@
 #include <ATen/ops/_softmax_ops.h>
 #include <ATen/ops/_softmax_backward_data_ops.h>
 #include <ATen/ops/abs_ops.h>
-#include <ATen/ops/add_ops.h>
 #include <ATen/ops/addcdiv_ops.h>
-#include <ATen/ops/addcmul_ops.h>
 #include <ATen/ops/atan2_ops.h>
 #include <ATen/ops/bitwise_and_ops.h>
 #include <ATen/ops/bitwise_not_ops.h>
@@ -87,7 +85,6 @@
 #include <ATen/ops/softplus_ops.h>
 #include <ATen/ops/softplus_backward_ops.h>
 #include <ATen/ops/sqrt_ops.h>
-#include <ATen/ops/sub_ops.h>
 #include <ATen/ops/tanh_ops.h>
 #include <ATen/ops/tanh_backward_ops.h>
 #include <ATen/ops/threshold_ops.h>
@@ -103,14 +100,8 @@ namespace vdev {
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   register_cpu_kernels<
-      at::_ops::add_Tensor,
-      at::_ops::add_out,
-      at::_ops::add__Tensor,
       at::_ops::conj_physical_out,
       at::_ops::conj_physical_,
-      at::_ops::sub_Tensor,
-      at::_ops::sub_out,
-      at::_ops::sub__Tensor,
       at::_ops::mul_Tensor,
       at::_ops::mul_out,
       at::_ops::mul__Tensor,
@@ -280,9 +271,6 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
       at::_ops::minimum_out,
       at::_ops::masked_fill__Scalar,
       at::_ops::masked_fill__Tensor,
-      at::_ops::addcmul,
-      at::_ops::addcmul_out,
-      at::_ops::addcmul_,
       at::_ops::addcdiv,
       at::_ops::addcdiv_out,
       at::_ops::addcdiv_,

@@ -1,0 +1,132 @@
+"""Where ATen's CPU kernels and CUDA's disagree on what they accept or compute, vdev (which
+runs the CPU kernels) behaves as CUDA does. Each test checks the refusal CUDA's kernel
+makes, and that what both accept gives the CPU result."""
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+DEVICE = "vdev"
+
+
+def test_addcmul_refuses_a_cpu_scalar_as_self_or_tensor1_as_cuda_does():
+    self, tensor1, tensor2 = (torch.rand(2, 2) for _ in range(3))
+    scalar = torch.rand([])
+    on_device = [t.to(DEVICE) for t in (self, tensor1, tensor2)]
+    with pytest.raises(RuntimeError, match="CPU Scalar support for tensor1 argument"):
+        torch.addcmul(on_device[0], scalar, on_device[2], value=0.5)
+    with pytest.raises(RuntimeError, match="CPU Scalar support for self argument"):
+        torch.addcmul(scalar, on_device[1], on_device[2], value=0.5)
+    with pytest.raises(RuntimeError, match="CPU Scalar support for tensor1 argument"):
+        on_device[0].clone().addcmul_(scalar, on_device[2])
+    with pytest.raises(RuntimeError, match="CPU Scalar support for tensor1 argument"):
+        torch.addcmul(on_device[0], scalar, on_device[2], out=torch.empty(2, 2, device=DEVICE))
+    # CUDA reads a CPU scalar as tensor2.
+    assert_close(torch.addcmul(on_device[0], on_device[1], scalar, value=0.5).cpu(),
+                 torch.addcmul(self, tensor1, scalar, value=0.5))
+
+
+@pytest.mark.parametrize("call", [
+    lambda x, i, s: x.scatter_(0, i, s, reduce="multiply"),
+    lambda x, i, s: x.scatter_(0, i, 2.0, reduce="multiply"),
+    lambda x, i, s: x.scatter(0, i, s, reduce="multiply"),
+    lambda x, i, s: torch.scatter(x, 0, i, s, reduce="multiply", out=torch.empty_like(x)),
+    lambda x, i, s: x.scatter_reduce(0, i, s, "prod"),
+    lambda x, i, s: x.scatter_reduce_(0, i, s, "mean"),
+    lambda x, i, s: torch.scatter_reduce(x, 0, i, s, "prod", out=torch.empty_like(x)),
+], ids=["scatter_multiply_", "scatter_value_multiply_", "scatter_multiply", "scatter_multiply_out",
+        "scatter_reduce_prod", "scatter_reduce_mean_", "scatter_reduce_prod_out"])
+def test_complex_scatter_reductions_other_than_sum_raise_as_on_cuda(call):
+    index = torch.tensor([[0, 1], [0, 0]], device=DEVICE)
+    source = torch.randn(2, 2, dtype=torch.complex64, device=DEVICE)
+    target = torch.randn(2, 2, dtype=torch.complex64, device=DEVICE)
+    before = target.clone()
+    with pytest.raises(NotImplementedError, match="not implemented for 'ComplexFloat'"):
+        call(target, index, source)
+    assert torch.equal(target.cpu(), before.cpu())
+    # The same reduction of real tensors is CPU's.
+    real_target, real_source = target.real.contiguous(), source.real.contiguous()
+    expected = call(real_target.cpu().clone(), index.cpu(), real_source.cpu())
+    assert_close(call(real_target.clone(), index, real_source).cpu(), expected)
+
+
+@pytest.mark.parametrize("call", [
+    lambda x, i, s: x.scatter_(0, i, s, reduce="add"),
+    lambda x, i, s: x.scatter_reduce(0, i, s, "sum"),
+    lambda x, i, s: x.scatter_add(0, i, s),
+], ids=["scatter_add_", "scatter_reduce_sum", "scatter_add"])
+def test_complex_scatter_sums_match_cpu(call):
+    index = torch.tensor([[0, 1], [0, 0]])
+    source = torch.randn(2, 2, dtype=torch.complex64)
+    target = torch.randn(2, 2, dtype=torch.complex64)
+    result = call(target.to(DEVICE), index.to(DEVICE), source.to(DEVICE))
+    assert_close(result.cpu(), call(target.clone(), index, source))
+
+
+HALF_CASES = [  # (op, self, other, alpha), values where rounding alpha * other or the scalar first overflows
+    (torch.add, 60000.0, -60000.0, 2),
+    (torch.sub, 60000.0, 60000.0, 2),
+    (torch.add, 60000.0, -70000.0, 1),
+    (torch.sub, 60000.0, 70000.0, 1),
+    (torch.add, 1.0, 3.0e4, 3.0),
+]
+
+
+def cuda_add(self, other, alpha, dtype):
+    """CUDA's self + alpha * other in float16/bfloat16: a tensor operand read in its dtype, a
+    Python number as a float, computed in float and rounded once."""
+    read = other.to(dtype).float() if isinstance(other, torch.Tensor) else torch.tensor(other, dtype=torch.float)
+    return torch.add(self.float(), read, alpha=alpha).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("op, self_value, other_value, alpha", HALF_CASES)
+def test_reduced_precision_add_and_sub_compute_in_float_as_on_cuda(dtype, op, self_value, other_value, alpha):
+    self = torch.full((3,), self_value, dtype=dtype)
+    signed_alpha = alpha if op is torch.add else -alpha
+    tensor_other = torch.full((3,), other_value).to(dtype)
+    for other, device_other in ((tensor_other, tensor_other.to(DEVICE)), (other_value, other_value)):
+        if not isinstance(other, torch.Tensor) and alpha != 1:
+            continue  # a Python number with alpha is add.Scalar's, covered with alpha 1
+        expected = cuda_add(self, other, signed_alpha, dtype)
+        assert torch.equal(op(self.to(DEVICE), device_other, alpha=alpha).cpu(), expected)
+        assert torch.equal(getattr(self.to(DEVICE), op.__name__ + "_")(device_other, alpha=alpha).cpu(), expected)
+        out = torch.empty(3, dtype=torch.float32, device=DEVICE)
+        op(self.to(DEVICE), device_other, alpha=alpha, out=out)
+        assert torch.equal(out.cpu(), expected.float())
+
+
+def test_reduced_precision_add_keeps_cpu_results_and_errors_elsewhere():
+    # alpha 1 and tensors of one dtype: CPU's kernel, which also rounds once.
+    a, b = torch.randn(100, dtype=torch.float16), torch.randn(100, dtype=torch.float16)
+    assert torch.equal((a.to(DEVICE) + b.to(DEVICE)).cpu(), a + b)
+    assert torch.equal(torch.add(a.to(DEVICE), b.to(DEVICE), alpha=0.3).cpu(), cuda_add(a, b, 0.3, torch.float16))
+    with pytest.raises(RuntimeError, match="with a bool tensor is not supported"):
+        torch.sub(a.to(DEVICE), torch.ones(100, dtype=torch.bool, device=DEVICE), alpha=2)
+    overlapping = torch.arange(10.0, dtype=torch.float16, device=DEVICE)
+    with pytest.raises(RuntimeError, match="refer to a single memory location"):
+        overlapping[:3].add_(overlapping[1:4], alpha=2)
+    with pytest.raises(RuntimeError, match="can't be cast to the desired output type"):
+        torch.ones(3, dtype=torch.int32, device=DEVICE).add_(torch.ones(3, dtype=torch.float16, device=DEVICE), alpha=2)
+
+
+@pytest.mark.parametrize("call", [
+    lambda x, out: torch.sum(x, dim=[0], dtype=torch.float32, out=out),
+    lambda x, out: torch.amax(x, 0, out=out),
+    lambda x, out: torch.cumsum(x, 0, out=out),
+], ids=["sum", "amax", "cumsum"])
+def test_a_host_out_tensor_of_a_structured_op_gets_cudas_error(call):
+    # CUDA's structured out= kernels name the out tensor's device (their meta function's check).
+    x = torch.randn(5, device=DEVICE)
+    out = torch.full((7,), 3.0)
+    with pytest.raises(RuntimeError, match=f"Expected out tensor to have device {x.device}, but got cpu instead"):
+        call(x, out)
+    assert torch.equal(out, torch.full((7,), 3.0))
+
+
+def test_a_host_out_tensor_of_a_tensor_iterator_op_gets_cudas_error():
+    x = torch.randn(5, device=DEVICE)
+    out = torch.zeros(5)
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device, but found at least two devices"):
+        torch.add(x, x, out=out)
+    assert torch.equal(out, torch.zeros(5))
