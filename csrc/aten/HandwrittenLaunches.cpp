@@ -75,32 +75,32 @@ at::Tensor& relu_cpu(const at::Tensor& self, at::Tensor& out) {
 
 // --- where(condition, self, other): sized by the TensorIterator where.self_out builds.
 
-at::Tensor where_meta(const at::Tensor& condition, const at::Tensor& self, const at::Tensor& other) {
+// `output` undefined: a new one. An out= argument is the iterator's output, so its
+// overlap with the inputs raises at the call.
+at::TensorIterator where_iterator(
+    const at::Tensor& condition, const at::Tensor& self, const at::Tensor& other, const at::Tensor& output) {
   TORCH_CHECK(
       condition.scalar_type() == at::kBool,
       "where expected condition to be a boolean tensor, but got a tensor with dtype ", condition.scalar_type());
-  const at::Tensor output;
-  at::TensorIterator iterator = at::TensorIteratorConfig()
-                                    .check_all_same_dtype(false)
-                                    .declare_static_dtype(at::native::result_type(self, other))
-                                    .add_output(output)
-                                    .add_const_input(condition)
-                                    .add_input(self)
-                                    .add_input(other)
-                                    .build();
-  return iterator.output();
+  return at::TensorIteratorConfig()
+      .check_all_same_dtype(false)
+      .declare_static_dtype(at::native::result_type(self, other))
+      .add_output(output)
+      .add_const_input(condition)
+      .add_input(self)
+      .add_input(other)
+      .build();
 }
 
-// where.self_out keeps an out= argument of the right sizes as it is, else gives it the
-// TensorIterator's layout.
+at::Tensor where_meta(const at::Tensor& condition, const at::Tensor& self, const at::Tensor& other) {
+  return where_iterator(condition, self, other, at::Tensor()).output();
+}
+
 at::Tensor& where_out_meta(const at::Tensor& condition, const at::Tensor& self, const at::Tensor& other, at::Tensor& out) {
-  const at::Tensor result = where_meta(condition, self, other);
+  const c10::ScalarType result_type = at::native::result_type(self, other);
   TORCH_CHECK(
-      out.scalar_type() == result.scalar_type(), "Expected out type to be ", result.scalar_type(), " but got ",
-      out.scalar_type());
-  if (out.sizes() != result.sizes()) {
-    out.unsafeGetTensorImpl()->set_sizes_and_strides(result.sizes(), result.strides());
-  }
+      out.scalar_type() == result_type, "Expected out type to be ", result_type, " but got ", out.scalar_type());
+  where_iterator(condition, self, other, out);
   return out;
 }
 
