@@ -360,29 +360,55 @@ class CollectiveTests:
         self.assertEqual(backend.name(), VCCL)
         backend.monitored_barrier(datetime.timedelta(seconds=30), wait_all_ranks=True)
 
-    def test_mismatched_sizes_and_dtypes(self):
-        # gloo, like NCCL, does not compare collectives across ranks (gloo aborts the
-        # process on a size mismatch); as for NCCL, TORCH_DISTRIBUTED_DEBUG=DETAIL makes
-        # PyTorch check each collective's shapes and dtypes across ranks first, in the
-        # groups created while it is set.
-        previous = dist.get_debug_level()
-        dist.set_debug_level(dist.DebugLevel.DETAIL)
-        try:
-            checked = dist.new_group(backend=VCCL)
-        finally:
-            dist.set_debug_level(previous)
-        mismatched = [
-            torch.ones(4 + 4 * self.rank, device=self.device),
-            torch.ones(4, device=self.device, dtype=torch.float32 if self.rank == 0 else torch.float64),
+    def test_mismatched_calls(self):
+        """Ranks whose calls differ in sizes, dtypes or collectives get an error naming
+        each rank's call, on every rank, before anything is sent (gloo would abort the
+        process on a size mismatch and compute garbage on dtypes of one size); the group
+        stays usable."""
+        other_size = self.rank % 2  # rank 1 differs from rank 0 (and rank 2 from rank 1)
+        floating = torch.float32 if other_size == 0 else torch.int32  # same itemsize
+        calls = [
+            ("all_reduce", "sizes", r"all_reduce\(float32, sizes \[4\], SUM\); rank 1: all_reduce\(float32, sizes \[8\], SUM\)",
+             lambda: dist.all_reduce(torch.ones(4 + 4 * other_size, device=self.device))),
+            ("all_reduce", "dtypes", r"all_reduce\(float32, sizes \[4\], SUM\); rank 1: all_reduce\(int32, sizes \[4\], SUM\)",
+             lambda: dist.all_reduce(torch.ones(4, device=self.device, dtype=floating))),
+            ("broadcast", "sizes", r"broadcast\(float32, sizes \[3\], root 0\); rank 1: broadcast\(float32, sizes \[3, 2\], root 0\)",
+             lambda: dist.broadcast(torch.ones((3, 2) if other_size else (3,), device=self.device), src=0)),
+            ("broadcast", "dtypes", r"broadcast\(float32, sizes \[3\], root 0\); rank 1: broadcast\(int32, sizes \[3\], root 0\)",
+             lambda: dist.broadcast(torch.ones(3, device=self.device, dtype=floating), src=0)),
+            ("all_gather_into_tensor", "sizes", r"all_gather_into_tensor\(float32, sizes \[2\]\); rank 1: all_gather_into_tensor\(float32, sizes \[3\]\)",
+             lambda: dist.all_gather_into_tensor(
+                 torch.zeros(self.world_size * (2 + other_size), device=self.device),
+                 torch.ones(2 + other_size, device=self.device))),
+            ("all_gather_into_tensor", "dtypes", r"all_gather_into_tensor\(float32, sizes \[2\]\); rank 1: all_gather_into_tensor\(int32, sizes \[2\]\)",
+             lambda: dist.all_gather_into_tensor(
+                 torch.zeros(self.world_size * 2, device=self.device, dtype=floating),
+                 torch.ones(2, device=self.device, dtype=floating))),
+            ("reduce_scatter_tensor", "sizes", rf"reduce_scatter_tensor\(float32, sizes \[{self.world_size}\], SUM\); rank 1: reduce_scatter_tensor\(float32, sizes \[{2 * self.world_size}\], SUM\)",
+             lambda: dist.reduce_scatter_tensor(
+                 torch.zeros(1 + other_size, device=self.device),
+                 torch.ones(self.world_size * (1 + other_size), device=self.device))),
+            ("reduce_scatter_tensor", "dtypes", rf"reduce_scatter_tensor\(float32, sizes \[{self.world_size}\], SUM\); rank 1: reduce_scatter_tensor\(int32, sizes \[{self.world_size}\], SUM\)",
+             lambda: dist.reduce_scatter_tensor(
+                 torch.zeros(1, device=self.device, dtype=floating),
+                 torch.ones(self.world_size, device=self.device, dtype=floating))),
+            ("all_reduce", "collectives", r"all_reduce\(float32, sizes \[4\], SUM\); rank 1: broadcast\(float32, sizes \[4\], root 0\)",
+             lambda: dist.broadcast(torch.ones(4, device=self.device), src=0) if other_size
+             else dist.all_reduce(torch.ones(4, device=self.device))),
         ]
-        for tensor in mismatched:
-            with self.assertRaisesRegex(RuntimeError, "Detected mismatch between collectives on ranks"):
-                dist.all_reduce(tensor, group=checked)
-        # The check ran before the collective: the group still works.
-        tensor = torch.ones(3, device=self.device)
-        dist.all_reduce(tensor, group=checked)
-        torch.testing.assert_close(tensor.cpu(), torch.full((3,), float(self.world_size)))
-        dist.destroy_process_group(checked)
+        for op, differing, calls_named, call in calls:
+            if op == "all_reduce" and differing == "collectives" and other_size:
+                op = "broadcast"
+            pattern = rf"{VCCL} {op}: the ranks' calls do not match \(their {differing} differ\): rank 0: {calls_named}"
+            with self.assertRaisesRegex(RuntimeError, pattern):
+                call()
+            # Nothing was sent: the group still works.
+            tensor = torch.full((3,), float(self.rank))
+            dist.all_reduce(tensor)
+            torch.testing.assert_close(tensor, torch.full((3,), float(sum(range(self.world_size)))))
+            on_device = torch.ones(5, device=self.device)
+            dist.all_reduce(on_device)
+            torch.testing.assert_close(on_device.cpu(), torch.full((5,), float(self.world_size)))
 
     def test_new_group(self):
         members = [0, self.world_size - 1]

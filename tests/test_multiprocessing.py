@@ -3,7 +3,9 @@ tensors are (torch_vdev/multiprocessing.py, csrc/aten/SharedMemory.cpp): the rec
 gets a vdev tensor over the same device memory."""
 
 import os
+from multiprocessing.reduction import ForkingPickler
 
+import pytest
 import torch
 import torch.multiprocessing as mp
 
@@ -156,6 +158,57 @@ def test_a_receiver_that_cannot_map_the_memory_raises():
         kind, text = results.get(timeout=60)
         assert kind == "error" and message in text, text
         process.join(timeout=60)
+
+
+def pickle_inherited_tensor(tensor, results):
+    try:
+        ForkingPickler.dumps(tensor)
+        results.put("pickled")
+    except RuntimeError as error:
+        results.put(str(error))
+
+
+def test_memory_that_cannot_be_shared_raises_in_the_sender():
+    """Sharing moves a storage's memory into shared memory; memory whose address
+    something else holds cannot move, and a forked process cannot use vdev: the sender
+    raises naming why, before anything is sent, and stays usable."""
+    owner = torch.arange(4.0, device=DEVICE)
+    # Memory of vdev's device that vdev's allocator does not own (another owner's).
+    borrowed = torch.empty(0, device=DEVICE).set_(torch._C._construct_storage_from_data_pointer(
+        owner.data_ptr(), owner.device, owner.untyped_storage().nbytes()))
+    with pytest.raises(RuntimeError, match=f"its memory does not come from {DEVICE}'s allocator"):
+        ForkingPickler.dumps(borrowed)
+    torch.testing.assert_close(borrowed.cpu(), torch.arange(4.0))
+
+    # A graph's output: the graph's replays write its memory by address.
+    static_input = torch.ones(3, device=DEVICE)
+    graph = torch.vdev.VDEVGraph()
+    with torch.vdev.graph(graph):
+        static_output = static_input * 2
+    with pytest.raises(RuntimeError, match="its memory belongs to a graph's private memory pool"):
+        ForkingPickler.dumps(static_output)
+    static_input.fill_(4.0)
+    graph.replay()
+    torch.testing.assert_close(static_output.cpu(), torch.full((3,), 8.0))
+    # What the error suggests works.
+    shared = ForkingPickler.loads(ForkingPickler.dumps(static_output.clone()))
+    torch.testing.assert_close(shared.cpu(), torch.full((3,), 8.0))
+
+    # A storage: as for CUDA storages, only tensors are shared.
+    typed = torch.TypedStorage(wrap_storage=owner.untyped_storage(), dtype=owner.dtype, _internal=True)
+    for storage in [owner.untyped_storage(), typed]:
+        with pytest.raises(RuntimeError, match=f"Cannot pickle {DEVICE} storage; try pickling a {DEVICE} tensor"):
+            ForkingPickler.dumps(storage)
+
+    # A process forked after vdev was initialised holds the tensor but cannot use vdev.
+    context = mp.get_context("fork")
+    results = context.SimpleQueue()
+    process = context.Process(target=pickle_inherited_tensor, args=(owner, results))
+    process.start()
+    message = results.get()
+    process.join(timeout=60)
+    assert "Cannot re-initialize vdev in forked subprocess" in message, message
+    torch.testing.assert_close(owner.cpu(), torch.arange(4.0))
 
 
 def test_what_the_sender_can_check_raises_in_the_sender():

@@ -74,16 +74,32 @@ void release_pages(void* address, size_t nbytes) {
 
 int share_device_memory(const at::Tensor& tensor) {
   TORCH_CHECK(is_vdev(tensor), "share_device_memory expects a ", kBackendName, " tensor");
+  // A process forked after vdev was initialised holds a copy of the memory, not the
+  // device's: it cannot share it.
+  lazy_init();
   const c10::DeviceIndex device = tensor.device().index();
   // The receiver reads what the device's queued work writes (CUDA's receiver waits for
   // an event of the sender's stream); and work queued before the memory moves must not
   // write the memory it leaves.
   synchronize_device(device);
   c10::StorageImpl* storage = tensor.storage().unsafeGetStorageImpl();
-  const c10::DataPtr& current = storage->data_ptr();
-  if (current.get_deleter() == &release_mapping) {
-    return static_cast<SharedMapping*>(current.get_context())->fd;
+  if (storage->data_ptr().get_deleter() == &release_mapping) {
+    return static_cast<SharedMapping*>(storage->data_ptr().get_context())->fd;
   }
+  // A lazy clone's memory, shared copy-on-write, is copied into memory of its own first.
+  end_copy_on_write(tensor);
+  const c10::DataPtr& current = storage->data_ptr();
+  // Sharing moves the memory (into a memfd): refused where something else holds its
+  // address, before anything is sent.
+  TORCH_CHECK(
+      owns_device_memory(current) || current.get() == nullptr, "cannot share this ",
+      kBackendName, " tensor with another process: its memory does not come from ", kBackendName,
+      "'s allocator (sharing moves a storage's memory into shared memory, and the memory's "
+      "owner keeps using its address); share a clone() of it");
+  TORCH_CHECK(
+      !in_graph_pool(current), "cannot share this ", kBackendName, " tensor with another process: "
+      "its memory belongs to a graph's private memory pool, which the graph's replays write by "
+      "address (sharing moves a storage's memory into shared memory); share a clone() of it");
   // The copy below reads the memory on the host.
   synchronize_for_host_op(tensor.device().index(), "share_memory_");
   const size_t nbytes = storage->nbytes();

@@ -175,6 +175,12 @@ Other on_cpu(const Other& other) {
   return other;
 }
 
+CollectiveCall point_to_point(const char* op, c10::ArrayRef<at::Tensor> tensors) {
+  CollectiveCall call{op, tensors};
+  call.point_to_point = true;
+  return call;
+}
+
 bool scaled_sum(const c10d::ReduceOp& op) {
   return op == c10d::ReduceOp::AVG || op == c10d::ReduceOp::PREMUL_SUM;
 }
@@ -303,18 +309,28 @@ c10::DeviceIndex CollectiveBackend::call_device(
 }
 
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::run(
-    c10::DeviceIndex device, std::vector<at::Tensor> results,
+    c10::DeviceIndex device, const CollectiveCall& call, std::vector<at::Tensor> results,
     const std::function<c10::intrusive_ptr<c10d::Work>()>& launch,
     std::function<void()> on_completion) {
+  std::optional<CallAgreement> agreement;
+  if (size_ > 1 && !call.point_to_point) {
+    agreement.emplace(*transport_, call);
+  }
   c10::intrusive_ptr<c10d::Work> transport_work;
-  run_in_stream_order(device, [&] { transport_work = launch(); });
+  run_in_stream_order(device, [&] {
+    if (agreement) {
+      agreement->verify();
+    }
+    transport_work = launch();
+  });
   return c10::make_intrusive<CollectiveWork>(
       std::move(transport_work), std::move(results), std::move(on_completion), device, rank_);
 }
 
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::broadcast(
     std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) {
-  return run(call_device("broadcast", {tensors}), tensors,
+  return run(call_device("broadcast", {tensors}),
+             {"broadcast", tensors, opts.rootRank}, tensors,
              [&] { return on_gloo(&c10d::Backend::broadcast, tensors, opts); });
 }
 
@@ -323,7 +339,8 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::broadcast(
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::allreduce(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
   return run(
-      call_device("all_reduce", {tensors}), tensors,
+      call_device("all_reduce", {tensors}),
+      {"all_reduce", tensors, std::nullopt, opts.reduceOp.op_}, tensors,
       [&] { return on_gloo(&c10d::Backend::allreduce, tensors, as_gloo_options(opts)); },
       scaling(opts.reduceOp, size_, tensors));
 }
@@ -331,7 +348,8 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::allreduce(
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::allreduce_coalesced(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
   return run(
-      call_device("all_reduce_coalesced", {tensors}), tensors,
+      call_device("all_reduce_coalesced", {tensors}),
+      {"all_reduce_coalesced", tensors, std::nullopt, opts.reduceOp.op_}, tensors,
       [&] { return on_gloo(&c10d::Backend::allreduce_coalesced, tensors, as_gloo_options(opts)); },
       scaling(opts.reduceOp, size_, tensors));
 }
@@ -340,7 +358,8 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::reduce(
     std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
   // Only the root's tensors hold the result.
   return run(
-      call_device("reduce", {tensors}), tensors,
+      call_device("reduce", {tensors}),
+      {"reduce", tensors, opts.rootRank, opts.reduceOp.op_}, tensors,
       [&] { return on_gloo(&c10d::Backend::reduce, tensors, as_gloo_options(opts)); },
       rank_ == opts.rootRank ? scaling(opts.reduceOp, size_, tensors) : nullptr);
 }
@@ -350,13 +369,14 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::allgather(
     const c10d::AllgatherOptions& opts) {
   std::vector<at::Tensor> results = flattened(outputs);
   c10::DeviceIndex device = call_device("all_gather", {inputs, results});
-  return run(device, std::move(results),
+  return run(device, {"all_gather", inputs}, std::move(results),
              [&] { return on_gloo(&c10d::Backend::allgather, outputs, inputs, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::_allgather_base(
     at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) {
-  return run(call_device("all_gather_into_tensor", {output, input}), {output},
+  return run(call_device("all_gather_into_tensor", {output, input}),
+             {"all_gather_into_tensor", input}, {output},
              [&] { return on_gloo(&c10d::Backend::_allgather_base, output, input, opts); });
 }
 
@@ -365,14 +385,15 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::allgather_coalesced(
     const c10d::AllgatherOptions& opts) {
   std::vector<at::Tensor> results = flattened(outputs);
   c10::DeviceIndex device = call_device("all_gather_coalesced", {inputs, results});
-  return run(device, std::move(results),
+  return run(device, {"all_gather_coalesced", inputs}, std::move(results),
              [&] { return on_gloo(&c10d::Backend::allgather_coalesced, outputs, inputs, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
-  return run(call_device("all_gather_into_tensor_coalesced", {outputs, inputs}), outputs, [&] {
+  return run(call_device("all_gather_into_tensor_coalesced", {outputs, inputs}),
+             {"all_gather_into_tensor_coalesced", inputs}, outputs, [&] {
     return on_gloo(&c10d::Backend::allgather_into_tensor_coalesced, outputs, inputs, opts);
   });
 }
@@ -382,14 +403,15 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::gather(
     const c10d::GatherOptions& opts) {
   std::vector<at::Tensor> results = flattened(outputs);
   c10::DeviceIndex device = call_device("gather", {inputs, results});
-  return run(device, std::move(results),
+  return run(device, {"gather", inputs, opts.rootRank}, std::move(results),
              [&] { return on_gloo(&c10d::Backend::gather, outputs, inputs, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::scatter(
     std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
     const c10d::ScatterOptions& opts) {
-  return run(call_device("scatter", {outputs, flattened(inputs)}), outputs,
+  return run(call_device("scatter", {outputs, flattened(inputs)}),
+             {"scatter", outputs, opts.rootRank}, outputs,
              [&] { return on_gloo(&c10d::Backend::scatter, outputs, inputs, opts); });
 }
 
@@ -397,7 +419,8 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::reduce_scatter(
     std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
     const c10d::ReduceScatterOptions& opts) {
   return run(
-      call_device("reduce_scatter", {outputs, flattened(inputs)}), outputs,
+      call_device("reduce_scatter", {outputs, flattened(inputs)}),
+      {"reduce_scatter", outputs, std::nullopt, opts.reduceOp.op_}, outputs,
       [&] { return on_gloo(&c10d::Backend::reduce_scatter, outputs, inputs, as_gloo_options(opts)); },
       scaling(opts.reduceOp, size_, outputs));
 }
@@ -405,7 +428,8 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::reduce_scatter(
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::_reduce_scatter_base(
     at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
   return run(
-      call_device("reduce_scatter_tensor", {output, input}), {output},
+      call_device("reduce_scatter_tensor", {output, input}),
+      {"reduce_scatter_tensor", input, std::nullopt, opts.reduceOp.op_}, {output},
       [&] {
         return on_gloo(&c10d::Backend::_reduce_scatter_base, output, input, as_gloo_options(opts));
       },
@@ -416,7 +440,8 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::reduce_scatter_tensor_coalesce
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::ReduceScatterOptions& opts) {
   return run(
-      call_device("reduce_scatter_tensor_coalesced", {outputs, inputs}), outputs,
+      call_device("reduce_scatter_tensor_coalesced", {outputs, inputs}),
+      {"reduce_scatter_tensor_coalesced", inputs, std::nullopt, opts.reduceOp.op_}, outputs,
       [&] {
         return on_gloo(
             &c10d::Backend::reduce_scatter_tensor_coalesced, outputs, inputs, as_gloo_options(opts));
@@ -427,7 +452,9 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::reduce_scatter_tensor_coalesce
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::alltoall_base(
     at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_split_sizes,
     std::vector<int64_t>& input_split_sizes, const c10d::AllToAllOptions& opts) {
-  return run(call_device("all_to_all_single", {output, input}), {output}, [&] {
+  const bool split = !output_split_sizes.empty() || !input_split_sizes.empty();
+  return run(call_device("all_to_all_single", {output, input}),
+             {"all_to_all_single", input, std::nullopt, std::nullopt, split}, {output}, [&] {
     return on_gloo(
         &c10d::Backend::alltoall_base, output, input, output_split_sizes, input_split_sizes, opts);
   });
@@ -436,25 +463,27 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::alltoall_base(
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::alltoall(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllToAllOptions& opts) {
-  return run(call_device("all_to_all", {outputs, inputs}), outputs,
+  return run(call_device("all_to_all", {outputs, inputs}),
+             {"all_to_all", inputs, std::nullopt, std::nullopt, /*element_counts_may_differ=*/true},
+             outputs,
              [&] { return on_gloo(&c10d::Backend::alltoall, outputs, inputs, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::send(
     std::vector<at::Tensor>& tensors, int dst_rank, int tag) {
-  return run(call_device("send", {tensors}), tensors,
+  return run(call_device("send", {tensors}), point_to_point("send", tensors), tensors,
              [&] { return on_gloo(&c10d::Backend::send, tensors, dst_rank, tag); });
 }
 
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::recv(
     std::vector<at::Tensor>& tensors, int src_rank, int tag) {
-  return run(call_device("recv", {tensors}), tensors,
+  return run(call_device("recv", {tensors}), point_to_point("recv", tensors), tensors,
              [&] { return on_gloo(&c10d::Backend::recv, tensors, src_rank, tag); });
 }
 
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::recvAnysource(
     std::vector<at::Tensor>& tensors, int tag) {
-  return run(call_device("recv", {tensors}), tensors,
+  return run(call_device("recv", {tensors}), point_to_point("recv", tensors), tensors,
              [&] { return on_gloo(&c10d::Backend::recvAnysource, tensors, tag); });
 }
 
@@ -467,7 +496,7 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::barrier(const c10d::BarrierOpt
       : current_device();
   c10d::BarrierOptions gloo_opts = opts;
   gloo_opts.device = std::nullopt;
-  return run(device, {}, [&] { return transport_->barrier(gloo_opts); });
+  return run(device, {"barrier"}, {}, [&] { return transport_->barrier(gloo_opts); });
 }
 
 void CollectiveBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {

@@ -2,6 +2,8 @@
 
 #include <torch_vdev/Backend.h>
 
+#include "distributed/CallAgreement.h"
+
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
 namespace vdev {
@@ -81,10 +83,11 @@ class VDEV_API CollectiveBackend final : public c10d::Backend {
   // Checks the tensors of one call (all vdev, on one device, the group's bound device
   // if it has one) and returns their device; errors name `op` and the problem.
   c10::DeviceIndex call_device(const char* op, std::vector<c10::ArrayRef<at::Tensor>> groups) const;
-  // Launches a collective on gloo in stream order and wraps its work: the work's
-  // results are `results`, after `on_completion` ran on them.
+  // Launches a collective on gloo in stream order, once every rank's call matches
+  // `call` (CallAgreement.h), and wraps its work: the work's results are `results`,
+  // after `on_completion` ran on them.
   c10::intrusive_ptr<c10d::Work> run(
-      c10::DeviceIndex device, std::vector<at::Tensor> results,
+      c10::DeviceIndex device, const CollectiveCall& call, std::vector<at::Tensor> results,
       const std::function<c10::intrusive_ptr<c10d::Work>()>& launch,
       std::function<void()> on_completion = nullptr);
 

@@ -396,6 +396,12 @@ class Pools {
     return capacity_;
   }
 
+  bool in_graph_pool(void* ptr) {
+    std::lock_guard<SpinLock> lock(lock_);
+    auto it = blocks_.find(ptr);
+    return it != blocks_.end() && it->second->pool != nullptr;
+  }
+
   std::vector<BlockState> blocks() {
     std::lock_guard<SpinLock> lock(lock_);
     std::vector<BlockState> states;
@@ -871,6 +877,10 @@ c10::Device device_of_pointer(const void* ptr) {
       attributes.type == vdrtMemoryTypeDevice, "Pointer ", ptr, " is not ", kBackendName,
       " device memory");
   return make_device(static_cast<c10::DeviceIndex>(attributes.device));
+}
+
+bool in_graph_pool(const c10::DataPtr& data_ptr) {
+  return owns_device_memory(data_ptr) && pools().in_graph_pool(data_ptr.get());
 }
 
 std::vector<BlockState> memory_blocks() {

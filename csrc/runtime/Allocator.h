@@ -96,6 +96,9 @@ VDEV_API std::vector<BlockState> memory_blocks();
 void begin_allocate_to_pool(c10::DeviceIndex device, c10::MempoolId_t pool, unsigned long long capture);
 void end_allocate_to_pool(c10::DeviceIndex device, unsigned long long capture);
 void release_pool(c10::DeviceIndex device, c10::MempoolId_t pool);
+// True if `data_ptr` is a block of a graph's private pool: the graph's replays write
+// it by address, so its memory cannot move.
+bool in_graph_pool(const c10::DataPtr& data_ptr);
 
 // Per-device capacity in bytes.
 VDEV_API size_t memory_capacity(c10::DeviceIndex device);

@@ -38,6 +38,27 @@ def _reduce_tensor(tensor):
         tensor.size(), tensor.stride(), tensor.storage_offset(), tensor.requires_grad))
 
 
+def _refusing_device_storages(reduce_storage):
+    # As CUDA storages: only tensors carry what a receiver needs (device, geometry).
+    def reduce(storage):
+        # (a TypedStorage's own .device warns that TypedStorage is deprecated)
+        if getattr(storage, "_untyped_storage", storage).device.type == _C.backend_name:
+            raise RuntimeError(
+                f"Cannot pickle {_C.backend_name} storage; try pickling a {_C.backend_name} "
+                "tensor instead"
+            )
+        return reduce_storage(storage)
+
+    return reduce
+
+
 def register() -> None:
     for tensor_type in [torch.Tensor, torch.nn.parameter.Parameter]:
         multiprocessing.reduction.ForkingPickler.register(tensor_type, _reduce_tensor)
+    for storage_type, reduce_storage in [
+        (torch.UntypedStorage, torch_reductions.reduce_storage),
+        (torch.TypedStorage, torch_reductions.reduce_typed_storage),
+    ]:
+        multiprocessing.reduction.ForkingPickler.register(
+            storage_type, _refusing_device_storages(reduce_storage)
+        )

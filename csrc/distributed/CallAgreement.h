@@ -1,0 +1,47 @@
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+
+#include <optional>
+
+namespace vdev {
+
+// One rank's call of a collective, as every rank's call must match it.
+struct CollectiveCall {
+  // The collective's name, one of the names CallAgreement knows ("all_reduce", ...).
+  const char* op;
+  // The tensors whose dtype and element counts must be the same on every rank (those
+  // gloo sends and receives in matching pieces).
+  c10::ArrayRef<at::Tensor> tensors;
+  std::optional<int64_t> root;
+  std::optional<c10d::ReduceOp::RedOpType> reduce_op;
+  // all_to_all: each rank's element counts are its own; only dtypes must match.
+  bool element_counts_may_differ = false;
+  // send and recv: only two ranks take part, each in its own call; nothing is compared.
+  bool point_to_point = false;
+};
+
+// Ranks that make different calls (sizes, dtypes, roots, reductions or collectives
+// that differ) make gloo abort the process ("Received data size doesn't match
+// expected size") or compute garbage silently (dtypes of one size). So before a
+// collective reaches gloo, every rank's call is compared with the others': each rank
+// gathers a fingerprint of every rank's call (one all_gather of a few int64 on the
+// same gloo group), and on a mismatch every rank raises the same error naming each
+// rank's call, with nothing sent yet, so the group stays usable. The exchange starts
+// before the collective waits for its stream, so a busy stream hides its cost.
+class CallAgreement {
+ public:
+  // Starts the exchange on `transport`.
+  CallAgreement(c10d::Backend& transport, const CollectiveCall& call);
+  // Waits for every rank's fingerprint; throws a c10::Error naming the mismatch.
+  void verify() const;
+
+ private:
+  const char* op_;
+  int rank_;
+  at::Tensor fingerprints_;
+  c10::intrusive_ptr<c10d::Work> exchange_;
+};
+
+} // namespace vdev
