@@ -463,14 +463,13 @@ bool launch_op(const c10::OperatorHandle& op, const OperatorFacts& facts, torch:
     shapes.push_back(OutputShape::of(output));
   }
 
-  // Re-runnable: each run redispatches a copy of the arguments (a captured graph
-  // replays its kernels).
   launch(
       current_stream(device), name,
       [cpu_op = *plan.cpu_op, cpu_kernel = plan.cpu_kernel, kernel_arguments = std::move(kernel_arguments),
-       outputs = std::move(outputs), shapes = std::move(shapes), name, device]() {
+       outputs = std::move(outputs), shapes = std::move(shapes), name, device](bool only_run) mutable {
         profiler::ActivityScope activity(profiler::ActivityKind::kKernel, name, device);
-        torch::jit::Stack kernel_stack(kernel_arguments);
+        // A graph's recorded kernel runs again at each replay: it redispatches a copy.
+        torch::jit::Stack kernel_stack = only_run ? std::move(kernel_arguments) : kernel_arguments;
         constexpr c10::DispatchKeySet kCpu(c10::DispatchKey::CPU);
         if (cpu_kernel != nullptr) {
           cpu_kernel->callBoxed(cpu_op, kCpu, &kernel_stack);

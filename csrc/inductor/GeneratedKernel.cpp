@@ -1,6 +1,6 @@
 #include "inductor/GeneratedKernel.h"
 
-#include "runtime/LaunchWithoutThreadState.h"
+#include "runtime/Launch.h"
 #include "runtime/Stream.h"
 
 #include <memory>
@@ -64,7 +64,7 @@ const char* torch_vdev_launch_generated_kernel(
       launching_operator.emplace(std::move(*callbacks));
       launching_operator->before(std::string_view(name));
     }
-    vdev::launch_without_thread_state(vdev::current_stream(index), name, [name, index, run, owned = std::move(owned)] {
+    vdev::launch(vdev::current_stream(index), name, [name, index, run, owned = std::move(owned)] {
       vdev::profiler::ActivityScope activity(vdev::profiler::ActivityKind::kKernel, name, index);
       run(owned.get());
     });

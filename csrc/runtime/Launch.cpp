@@ -1,12 +1,9 @@
 #include "runtime/Launch.h"
-#include "runtime/LaunchWithoutThreadState.h"
 
-#include "profiler/DeviceActivity.h"
 #include "runtime/RuntimeError.h"
 #include "runtime/Stream.h"
 
 #include <ATen/Parallel.h>
-#include <ATen/ThreadLocalState.h>
 
 #include <exception>
 #include <optional>
@@ -15,36 +12,56 @@
 namespace vdev {
 namespace {
 
-struct Kernel {
-  const char* op_name;
-  std::function<void()> body;
-  // The launching thread's state (dispatch keys excluded below autograd, inference
-  // mode, ...): the kernel runs as it would have on that thread, as the autograd
-  // engine's threads run their work. Empty for kernels that do not dispatch.
-  std::optional<at::ThreadLocalState> launching_thread;
-  // Taken while the profiler records (else empty): what the kernel's device activity
-  // is attributed to.
-  profiler::LaunchOrigin origin;
+// Dispatch keys whose kernels reach Python or functorch's per-thread layer stack: a
+// kernel never dispatches to them (they were handled on the launching thread).
+const c10::DispatchKeySet kHandledOnHost = c10::python_ks |
+    c10::DispatchKeySet(
+        {c10::DispatchKey::PythonDispatcher, c10::DispatchKey::PreDispatch,
+         c10::DispatchKey::FuncTorchDynamicLayerFrontMode, c10::DispatchKey::FuncTorchDynamicLayerBackMode,
+         c10::DispatchKey::FuncTorchVmapMode});
+
+// Puts the launching thread's dispatch keys and autograd modes in place while a kernel
+// runs (a launch-blocking kernel runs on the launching thread itself, hence the restore).
+class LaunchingThreadState {
+ public:
+  explicit LaunchingThreadState(const detail::Kernel& kernel)
+      : dispatch_keys_(c10::impl::tls_local_dispatch_key_set()), autograd_(c10::AutogradState::get_tls_state()) {
+    c10::impl::_force_tls_local_dispatch_key_set(kernel.dispatch_keys);
+    c10::AutogradState::set_tls_state(kernel.autograd);
+  }
+  ~LaunchingThreadState() {
+    c10::impl::_force_tls_local_dispatch_key_set(dispatch_keys_);
+    c10::AutogradState::set_tls_state(autograd_);
+  }
+  LaunchingThreadState(const LaunchingThreadState&) = delete;
+  LaunchingThreadState& operator=(const LaunchingThreadState&) = delete;
+
+ private:
+  const c10::impl::LocalDispatchKeySet dispatch_keys_;
+  const c10::AutogradState autograd_;
 };
+
+bool only_run() {
+  int runs_again = 1;
+  check_runtime(vdrtHostFuncRunsAgain(&runs_again), "vdrtHostFuncRunsAgain");
+  return runs_again == 0;
+}
 
 // A kernel may run many times: once per launch of a graph that recorded it.
 void run_kernel(void* data) {
-  auto* kernel = static_cast<Kernel*>(data);
+  auto* kernel = static_cast<detail::Kernel*>(data);
   // A stream's worker is a thread of the runtime: its kernels use as many intra-op
   // threads as torch.set_num_threads asked for (OpenMP's count is per thread), as
   // the autograd engine's threads do.
   thread_local const bool intra_op_threads_set = (at::init_num_threads(), true);
   (void)intra_op_threads_set;
   try {
-    std::optional<at::ThreadLocalStateGuard> state;
-    if (kernel->launching_thread) {
-      state.emplace(*kernel->launching_thread);
-    }
+    LaunchingThreadState state(*kernel);
     std::optional<profiler::LaunchedWork> launched;
     if (C10_UNLIKELY(kernel->origin.thread_id != 0)) {
       launched.emplace(kernel->origin);
     }
-    kernel->body();
+    kernel->run(only_run());
   } catch (const c10::Error& error) {
     vdrtReportLaunchFailure(
         (std::string(kernel->op_name) + ": " + error.what_without_backtrace()).c_str());
@@ -54,28 +71,25 @@ void run_kernel(void* data) {
 }
 
 void destroy_kernel(void* data) {
-  delete static_cast<Kernel*>(data);
-}
-
-void queue(const c10::Stream& stream, const char* op_name, std::function<void()> kernel,
-           std::optional<at::ThreadLocalState> launching_thread) {
-  auto* queued = new Kernel{
-      op_name, std::move(kernel), std::move(launching_thread),
-      profiler::recording() ? profiler::launch_origin(stream) : profiler::LaunchOrigin()};
-  // The runtime owns the kernel from here (destroying it if the launch fails).
-  check_runtime(
-      vdrtLaunchHostFuncOwned(runtime_stream(stream), &run_kernel, queued, &destroy_kernel, op_name),
-      op_name);
+  delete static_cast<detail::Kernel*>(data);
 }
 
 } // namespace
 
-void launch(const c10::Stream& stream, const char* op_name, std::function<void()> kernel) {
-  queue(stream, op_name, std::move(kernel), at::ThreadLocalState());
+namespace detail {
+void launch_kernel(const c10::Stream& stream, const char* op_name, std::unique_ptr<Kernel> kernel) {
+  kernel->op_name = op_name;
+  c10::impl::LocalDispatchKeySet keys = c10::impl::tls_local_dispatch_key_set();
+  keys.excluded_ = keys.excluded_ | kHandledOnHost;
+  kernel->dispatch_keys = keys;
+  kernel->autograd = c10::AutogradState::get_tls_state();
+  if (profiler::recording()) {
+    kernel->origin = profiler::launch_origin(stream);
+  }
+  vdrtStream_t queue = runtime_stream(stream);
+  // The runtime owns the kernel from here (destroying it if the launch fails).
+  check_runtime(vdrtLaunchHostFuncOwned(queue, &run_kernel, kernel.release(), &destroy_kernel, op_name), op_name);
 }
-
-void launch_without_thread_state(const c10::Stream& stream, const char* op_name, std::function<void()> kernel) {
-  queue(stream, op_name, std::move(kernel), std::nullopt);
-}
+} // namespace detail
 
 } // namespace vdev

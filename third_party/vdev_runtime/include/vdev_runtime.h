@@ -154,6 +154,11 @@ vdrtError_t vdrtLaunchHostFuncOwned(
  * failure surfaces at the stream's next synchronization; later work still runs. Returns
  * vdrtErrorInvalidValue outside a host function. */
 vdrtError_t vdrtReportLaunchFailure(const char* message);
+/* Called by a running host function: sets *runs_again to 1 when this run is a graph
+ * launch's run of work the graph recorded (it runs again at the graph's next launch),
+ * else to 0 (the work's only run: it may use up what its user_data owns). Returns
+ * vdrtErrorInvalidValue outside a host function. */
+vdrtError_t vdrtHostFuncRunsAgain(int* runs_again);
 
 typedef enum vdrtMemcpyKind {
   vdrtMemcpyHostToHost = 0,

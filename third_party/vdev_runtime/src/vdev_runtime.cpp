@@ -292,6 +292,8 @@ void cpu_relax() {
 thread_local vdrtStream* tls_running_stream = nullptr;
 thread_local bool tls_work_failed = false;
 thread_local std::string tls_work_failure;
+// True while this thread runs a graph launch's recorded work.
+thread_local bool tls_running_graph = false;
 
 }  // namespace
 
@@ -778,9 +780,11 @@ struct GraphRun {
   std::shared_ptr<const GraphBody> body;
 
   static void run(void* data) {
+    tls_running_graph = true;
     for (const Node& node : static_cast<GraphRun*>(data)->body->nodes) {
       node.fn(node.data.get());
     }
+    tls_running_graph = false;
   }
 };
 
@@ -1200,6 +1204,17 @@ vdrtError_t vdrtReportLaunchFailure(const char* message) {
     tls_work_failed = true;
     tls_work_failure = message == nullptr ? "" : message;
   }
+  return vdrtSuccess;
+}
+
+vdrtError_t vdrtHostFuncRunsAgain(int* runs_again) {
+  if (tls_running_stream == nullptr) {
+    return invalid("vdrtHostFuncRunsAgain", "called outside a launched host function");
+  }
+  if (runs_again == nullptr) {
+    return invalid("vdrtHostFuncRunsAgain", "null pointer");
+  }
+  *runs_again = tls_running_graph ? 1 : 0;
   return vdrtSuccess;
 }
 

@@ -780,6 +780,41 @@ TEST(capture_records_launches_and_replays_them) {
   CHECK_OK(vdrtStreamDestroy(stream));
 }
 
+// Records in *data whether the run is one that runs again.
+void note_runs_again(void* data) {
+  int runs_again = -1;
+  CHECK_OK(vdrtHostFuncRunsAgain(&runs_again));
+  static_cast<std::atomic<int>*>(data)->store(runs_again);
+}
+
+TEST(host_functions_know_whether_they_run_again) {
+  int runs_again = -1;
+  CHECK(vdrtHostFuncRunsAgain(&runs_again) == vdrtErrorInvalidValue);  // not in a host function
+  vdrtStream_t stream = new_stream();
+  std::atomic<int> launched{-1};
+  CHECK_OK(vdrtLaunchHostFunc(stream, &note_runs_again, &launched));
+  CHECK_OK(vdrtStreamSynchronize(stream));
+  CHECK(launched == 0);
+  std::atomic<int> recorded{-1};
+  CHECK_OK(vdrtStreamBeginCapture(stream, vdrtStreamCaptureModeGlobal));
+  CHECK_OK(vdrtLaunchHostFunc(stream, &note_runs_again, &recorded));
+  vdrtGraph_t graph = nullptr;
+  CHECK_OK(vdrtStreamEndCapture(stream, &graph));
+  vdrtGraphExec_t exec = nullptr;
+  CHECK_OK(vdrtGraphInstantiate(&exec, graph));
+  CHECK_OK(vdrtGraphLaunch(exec, stream));
+  CHECK_OK(vdrtStreamSynchronize(stream));
+  CHECK(recorded == 1);
+  // Work launched after a replay is its only run again.
+  launched = -1;
+  CHECK_OK(vdrtLaunchHostFunc(stream, &note_runs_again, &launched));
+  CHECK_OK(vdrtStreamSynchronize(stream));
+  CHECK(launched == 0);
+  CHECK_OK(vdrtGraphExecDestroy(exec));
+  CHECK_OK(vdrtGraphDestroy(graph));
+  CHECK_OK(vdrtStreamDestroy(stream));
+}
+
 TEST(replay_runs_recorded_work_in_order_with_copies_and_memsets) {
   vdrtStream_t stream = new_stream();
   void* device = nullptr;
