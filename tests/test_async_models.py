@@ -80,6 +80,27 @@ CASES = {
         lambda x, w, b: F.conv_transpose2d(x, w, b, stride=2, output_padding=1),
         _inputs((2, 4, 5, 5), (4, 3, 3, 3), (3,)),
     ),
+    "attention_flash": (F.scaled_dot_product_attention, _inputs((2, 4, 8, 16), (2, 4, 6, 16), (2, 4, 6, 16))),
+    "attention_flash_transposed_query": (
+        lambda q, k, v: F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)),
+        _inputs(*[(2, 8, 4, 16)] * 3)
+    ),
+    "attention_flash_causal": (
+        lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), _inputs(*[(2, 4, 8, 16)] * 3)
+    ),
+    "attention_flash_float_mask": (
+        lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m.detach()),
+        _inputs((2, 4, 8, 16), (2, 4, 6, 16), (2, 4, 6, 16), (8, 6)),
+    ),
+    "attention_flash_bool_mask_broadcast": (
+        lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
+        [*_inputs(*[(2, 4, 8, 16)] * 3), torch.ones(8, 8, dtype=torch.bool).tril()[None, None].expand(2, 1, 8, 8)],
+    ),
+    # Dropout's backward of a gradient its fused kernel does not take (not contiguous).
+    "dropout_backward_strided": (
+        lambda g, m: torch.ops.aten.native_dropout_backward(g.t(), m, 1.25),
+        [*_inputs((7, 5)), torch.rand(5, 7, generator=torch.Generator().manual_seed(2)) > 0.2],
+    ),
     "foreach_sqrt": (lambda x, y: torch._foreach_sqrt([x.exp(), y.exp()]), _inputs((5,), (3, 2))),
     "foreach_pow_scalar_and_tensor": (lambda x, y: torch._foreach_pow(0.9, [x, y]), _inputs((5,), (3, 2))),
     "foreach_pow_list": (lambda x, y: torch._foreach_pow([x.exp(), y.exp()], [y.detach().flatten()[:5], x.detach()[:3, None] * 2]), _inputs((5,), (3, 2))),
@@ -163,8 +184,27 @@ def test_batch_norm_running_statistics_are_updated_by_the_launched_kernel():
             lambda: F.batch_norm(torch.ones(2, 3, device="vdev"), torch.zeros(4, device="vdev"), torch.ones(4, device="vdev")),
             "running_mean should contain 3 elements not 4",
         ),
+        (
+            lambda: torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(*[torch.ones(1, 2, 3, 4, device="vdev")] * 3, 0.5),
+            "Currently do not support dropout > 0",
+        ),
+        (
+            lambda: torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+                torch.ones(1, 2, 3, 4, device="vdev"), torch.ones(1, 2, 3, 4, device="vdev"), torch.ones(1, 2, 3, 5, device="vdev")
+            ),
+            "Q/K/V should have the same head size",
+        ),
+        (
+            lambda: torch.ops.aten.native_dropout_backward(
+                torch.ones(3, 4, device="vdev"), torch.ones(5, dtype=torch.bool, device="vdev"), 2.0
+            ),
+            "The size of tensor a \\(4\\) must match the size of tensor b \\(5\\)",
+        ),
     ],
-    ids=["relu_bool", "where_float_condition", "index_select_float_index", "layer_norm_shape", "conv_channels", "batch_norm_stats"],
+    ids=[
+        "relu_bool", "where_float_condition", "index_select_float_index", "layer_norm_shape", "conv_channels",
+        "batch_norm_stats", "flash_attention_dropout", "flash_attention_head_sizes", "dropout_backward_sizes",
+    ],
 )
 def test_bad_arguments_raise_at_the_call_as_on_cpu(call, message):
     torch.vdev._sleep(BUSY_MS)
