@@ -5,9 +5,8 @@ capture come from the graph's private pool and return on reset(); what cannot be
 captured raises CUDA's "operation not permitted when stream is capturing" and leaves
 the process usable.
 
-Every op launched on a stream is capturable; ops that still run on the calling thread
-(random ops, Python kernels, ops without a meta kernel) are refused, and tests that need
-them are strict xfails naming that reason."""
+Every op launched on a stream is capturable, random ops included; ops that still run on
+the calling thread (Python kernels, ops without a meta kernel) are refused."""
 
 import gc
 import re
