@@ -99,6 +99,10 @@ CASES = {
         lambda g, m: torch.ops.aten.native_dropout_backward(g.t(), m, 1.25),
         [*_inputs((7, 5)), torch.rand(5, 7, generator=torch.Generator().manual_seed(2)) > 0.2],
     ),
+    "dropout_backward_bfloat16": (
+        lambda g, m: torch.ops.aten.native_dropout_backward(g, m, 1 / 0.7),
+        [*_inputs((6, 9), dtype=torch.bfloat16), torch.rand(6, 9, generator=torch.Generator().manual_seed(2)) > 0.3],
+    ),
     "foreach_sqrt": (lambda x, y: torch._foreach_sqrt([x.exp(), y.exp()]), _inputs((5,), (3, 2))),
     "foreach_pow_scalar_and_tensor": (lambda x, y: torch._foreach_pow(0.9, [x, y]), _inputs((5,), (3, 2))),
     "foreach_pow_list": (lambda x, y: torch._foreach_pow([x.exp(), y.exp()], [y.detach().flatten()[:5], x.detach()[:3, None] * 2]), _inputs((5,), (3, 2))),

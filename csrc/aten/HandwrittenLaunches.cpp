@@ -16,6 +16,7 @@
 #include <ATen/native/ConvUtils.h>
 #include <ATen/ops/result_type_native.h>
 #include <ATen/OpMathType.h>
+#include <ATen/ScalarOps.h>
 #include <ATen/native/cpu/mixed_data_type.h>
 #include <ATen/native/layer_norm.h>
 #include <ATen/ops/clamp_min_meta_dispatch.h>
@@ -438,7 +439,9 @@ at::Tensor native_dropout_backward_meta(const at::Tensor& grad_output, const at:
 at::Tensor& native_dropout_backward_cpu(
     const at::Tensor& grad_output, const at::Tensor& mask, double scale, at::Tensor& out) {
   at::_ops::mul_out::redispatch(kCpu, grad_output, mask, out);
-  return at::_ops::mul__Scalar::redispatch(kCpu, out, scale);
+  // The scale as the CPU kernel's `* scale` takes it: a wrapped number, the second
+  // operand, multiplied in the op math type (mul_.Scalar would round it to bfloat16).
+  return at::_ops::mul__Tensor::redispatch(kCpu, out, at::native::wrapped_scalar_tensor(scale));
 }
 
 // --- _scaled_dot_product_flash_attention_for_cpu and its backward: the CPU kernels
