@@ -103,9 +103,12 @@ bool changes_metadata(const std::string& name) {
 }
 
 // A meta tensor over `storage` with `tensor`'s sizes, strides, offset, dtype and math bits.
+// Its key set is the Meta key alone (the meta kernel runs below autograd anyway), so it
+// gets no version counter: nothing ever writes it, and that allocation was a good part
+// of making it.
 at::Tensor meta_like(const at::Tensor& tensor, c10::Storage storage) {
   auto meta = at::detail::make_tensor<c10::TensorImpl>(
-      std::move(storage), c10::DispatchKeySet(c10::DispatchKey::Meta), tensor.dtype());
+      c10::TensorImpl::VIEW, std::move(storage), c10::DispatchKeySet(c10::DispatchKey::Meta), tensor.dtype());
   c10::TensorImpl* impl = meta.unsafeGetTensorImpl();
   impl->set_sizes_and_strides(tensor.sizes(), tensor.strides(), tensor.storage_offset());
   impl->_set_conj(tensor.is_conj());
