@@ -1,6 +1,7 @@
 """The ops models use that have no ATen C++ meta kernel (relu, where, index_select,
-embedding backward, layer and batch norm, convolution and their backward; the foreach
-sqrt/pow optimizers call) are launched on the stream like every other op: their
+embedding backward, layer and batch norm, convolution and their backward, dropout's
+backward, the CPU's flash attention and its backward; the foreach sqrt/pow optimizers
+call) are launched on the stream like every other op: their
 results equal the CPU's, the host returns while a `torch.vdev._sleep` kernel still holds
 the stream, bad arguments raise at the call, and the training steps of
 benchmarks/models.py run without an op on the calling thread."""
@@ -19,9 +20,6 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
 import models  # noqa: E402
 
 BUSY_MS = 200
-# Random ops (dropout) are launched by a separate change; until then they run on the
-# calling thread.
-RANDOM_OPS = {"aten::native_dropout", "aten::native_dropout_backward"}
 
 
 def _inputs(*shapes, dtype=torch.float32):
@@ -79,6 +77,31 @@ CASES = {
     "conv_transpose2d": (
         lambda x, w, b: F.conv_transpose2d(x, w, b, stride=2, output_padding=1),
         _inputs((2, 4, 5, 5), (4, 3, 3, 3), (3,)),
+    ),
+    "attention_flash": (F.scaled_dot_product_attention, _inputs((2, 4, 8, 16), (2, 4, 6, 16), (2, 4, 6, 16))),
+    "attention_flash_transposed_query": (
+        lambda q, k, v: F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)),
+        _inputs(*[(2, 8, 4, 16)] * 3)
+    ),
+    "attention_flash_causal": (
+        lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), _inputs(*[(2, 4, 8, 16)] * 3)
+    ),
+    "attention_flash_float_mask": (
+        lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m.detach()),
+        _inputs((2, 4, 8, 16), (2, 4, 6, 16), (2, 4, 6, 16), (8, 6)),
+    ),
+    "attention_flash_bool_mask_broadcast": (
+        lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
+        [*_inputs(*[(2, 4, 8, 16)] * 3), torch.ones(8, 8, dtype=torch.bool).tril()[None, None].expand(2, 1, 8, 8)],
+    ),
+    # Dropout's backward of a gradient its fused kernel does not take (not contiguous).
+    "dropout_backward_strided": (
+        lambda g, m: torch.ops.aten.native_dropout_backward(g.t(), m, 1.25),
+        [*_inputs((7, 5)), torch.rand(5, 7, generator=torch.Generator().manual_seed(2)) > 0.2],
+    ),
+    "dropout_backward_bfloat16": (
+        lambda g, m: torch.ops.aten.native_dropout_backward(g, m, 1 / 0.7),
+        [*_inputs((6, 9), dtype=torch.bfloat16), torch.rand(6, 9, generator=torch.Generator().manual_seed(2)) > 0.3],
     ),
     "foreach_sqrt": (lambda x, y: torch._foreach_sqrt([x.exp(), y.exp()]), _inputs((5,), (3, 2))),
     "foreach_pow_scalar_and_tensor": (lambda x, y: torch._foreach_pow(0.9, [x, y]), _inputs((5,), (3, 2))),
@@ -163,8 +186,27 @@ def test_batch_norm_running_statistics_are_updated_by_the_launched_kernel():
             lambda: F.batch_norm(torch.ones(2, 3, device="vdev"), torch.zeros(4, device="vdev"), torch.ones(4, device="vdev")),
             "running_mean should contain 3 elements not 4",
         ),
+        (
+            lambda: torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(*[torch.ones(1, 2, 3, 4, device="vdev")] * 3, 0.5),
+            "Currently do not support dropout > 0",
+        ),
+        (
+            lambda: torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+                torch.ones(1, 2, 3, 4, device="vdev"), torch.ones(1, 2, 3, 4, device="vdev"), torch.ones(1, 2, 3, 5, device="vdev")
+            ),
+            "Q/K/V should have the same head size",
+        ),
+        (
+            lambda: torch.ops.aten.native_dropout_backward(
+                torch.ones(3, 4, device="vdev"), torch.ones(5, dtype=torch.bool, device="vdev"), 2.0
+            ),
+            "The size of tensor a \\(4\\) must match the size of tensor b \\(5\\)",
+        ),
     ],
-    ids=["relu_bool", "where_float_condition", "index_select_float_index", "layer_norm_shape", "conv_channels", "batch_norm_stats"],
+    ids=[
+        "relu_bool", "where_float_condition", "index_select_float_index", "layer_norm_shape", "conv_channels",
+        "batch_norm_stats", "flash_attention_dropout", "flash_attention_head_sizes", "dropout_backward_sizes",
+    ],
 )
 def test_bad_arguments_raise_at_the_call_as_on_cpu(call, message):
     torch.vdev._sleep(BUSY_MS)
@@ -214,7 +256,7 @@ def test_training_steps_run_every_op_launched_and_equal_cpu(name):
     torch_vdev.reset_synchronizing_op_stats()
     step()
     torch.vdev.synchronize()
-    assert set(torch_vdev.synchronizing_op_stats()) <= RANDOM_OPS
+    assert torch_vdev.synchronizing_op_stats() == {}
     assert_close(_losses(make, "vdev"), _losses(make, "cpu"))
 
 
@@ -256,7 +298,7 @@ for name, make in models.TRAINING_STEPS.items():
     step()
     torch_vdev.reset_synchronizing_op_stats()
     step()
-    assert set(torch_vdev.synchronizing_op_stats()) <= {RANDOM_OPS!r}, torch_vdev.synchronizing_op_stats()
+    assert torch_vdev.synchronizing_op_stats() == {{}}, torch_vdev.synchronizing_op_stats()
     losses = {{}}
     for device in ("vdev", "cpu"):
         step = make(device)

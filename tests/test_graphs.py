@@ -5,9 +5,8 @@ capture come from the graph's private pool and return on reset(); what cannot be
 captured raises CUDA's "operation not permitted when stream is capturing" and leaves
 the process usable.
 
-Every op launched on a stream is capturable; ops that still run on the calling thread
-(random ops, Python kernels, ops without a meta kernel) are refused, and tests that need
-them are strict xfails naming that reason."""
+Every op launched on a stream is capturable, random ops included; ops that still run on
+the calling thread (Python kernels, ops without a meta kernel) are refused."""
 
 import gc
 import re
@@ -651,21 +650,25 @@ def _benchmark_steps():
     "name, options",
     [
         ("mlp", {"dropout": 0.0}),
+        ("mlp", {}),
         ("cnn", {"capturable": True}),
-        pytest.param("transformer", {"dropout": 0.0, "capturable": True}, marks=pytest.mark.xfail(
-            reason="without dropout, attention takes _scaled_dot_product_flash_attention_for_cpu, "
-            "which has no meta function yet and runs on the calling thread", strict=True)),
+        ("transformer", {"dropout": 0.0, "capturable": True}),
+        ("transformer", {"capturable": True}),
     ],
-    ids=["mlp_without_dropout", "cnn", "transformer_without_dropout"],
+    ids=["mlp_without_dropout", "mlp_with_dropout", "cnn", "transformer_without_dropout", "transformer_with_dropout"],
 )
 def test_replayed_model_training_steps_equal_eager_vdev_and_cpu(name, options):
-    """benchmarks/models.py's steps (ReLU, GELU, convolution, batch and layer norm,
-    embeddings, attention; SGD, capturable foreach Adam and AdamW): each replay continues
-    the sequence of eager vdev and eager CPU steps."""
+    """benchmarks/models.py's steps (ReLU, GELU, dropout, convolution, batch and layer
+    norm, embeddings, flash and math attention; SGD, capturable foreach Adam and AdamW):
+    replays continue the sequence of eager vdev and eager CPU steps, dropout's random
+    numbers included when the generators are seeded alike."""
     make = _benchmark_steps().TRAINING_STEPS[name]
     replayed, eager = make("vdev", **options), make("vdev", **options)
     # The CPU's optimizers are not capturable; their arithmetic is the same.
     cpu = make("cpu", **{key: value for key, value in options.items() if key != "capturable"})
+    # Dropout draws from the vdev generator, which both vdev steps share: the replayed
+    # steps run first, then the eager ones from the same seed.
+    torch.manual_seed(1)
     side = torch.vdev.Stream()
     side.wait_stream(torch.vdev.current_stream())
     with torch.vdev.stream(side):
@@ -675,14 +678,15 @@ def test_replayed_model_training_steps_equal_eager_vdev_and_cpu(name, options):
     graph = torch.vdev.VDEVGraph()
     with torch.vdev.graph(graph):
         static_loss = replayed()
-    for _ in range(3):  # the replayed model's warm-up steps (the capture ran none)
-        cpu()
-        eager()
     losses = {"replay": [], "vdev": [], "cpu": []}
     for _ in range(3):
         graph.replay()
         losses["replay"].append(static_loss.detach().cpu())
-        losses["vdev"].append(eager().detach().cpu())
-        losses["cpu"].append(cpu().detach())
+    torch.manual_seed(1)
+    for step in range(6):  # the replayed model's warm-up steps (the capture ran none), then its replays
+        vdev_loss, cpu_loss = eager().detach().cpu(), cpu().detach()
+        if step >= 3:
+            losses["vdev"].append(vdev_loss)
+            losses["cpu"].append(cpu_loss)
     assert_close(losses["replay"], losses["vdev"], rtol=1e-4, atol=1e-5)
     assert_close(losses["replay"], losses["cpu"], rtol=1e-4, atol=1e-5)

@@ -1,12 +1,13 @@
 // Launches for the ops models use that have no ATen C++ meta kernel (relu, where,
-// index_select, layer and batch norm, convolution, embedding backward). vdev's own meta
+// index_select, layer and batch norm, convolution, embedding backward, dropout's
+// backward, the CPU's flash attention and its backward). vdev's own meta
 // functions size their outputs on the host and check what the CPU kernel checks, so bad
 // arguments raise at the call; an argument they are not sure of raises here too, and the
 // op then runs on the calling thread, where the CPU kernel decides. Where the op has no
 // out= overload with a CPU kernel of its own, a CPU kernel here writes the outputs the
 // host allocated: ATen's kernel itself where it can write them (relu as clamp_min), else
 // ATen's functional kernel and a copy (convolution, layer norm, batch norm's backward,
-// embedding backward: their CPU kernels allocate their results).
+// embedding backward, flash attention: their CPU kernels allocate their results).
 #include "aten/MetaKernels.h"
 
 #include <ATen/EmptyTensor.h>
@@ -14,6 +15,8 @@
 #include <ATen/TensorUtils.h>
 #include <ATen/native/ConvUtils.h>
 #include <ATen/ops/result_type_native.h>
+#include <ATen/OpMathType.h>
+#include <ATen/ScalarOps.h>
 #include <ATen/native/cpu/mixed_data_type.h>
 #include <ATen/native/layer_norm.h>
 #include <ATen/ops/clamp_min_meta_dispatch.h>
@@ -23,8 +26,14 @@
 #include <ATen/ops/convolution_ops.h>
 #include <ATen/ops/convolution_overrideable_ops.h>
 #include <ATen/ops/copy_ops.h>
+#include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu_backward_ops.h>
+#include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu_ops.h>
 #include <ATen/ops/embedding_dense_backward_ops.h>
+#include <ATen/ops/empty_like.h>
 #include <ATen/ops/index_select_ops.h>
+#include <ATen/ops/mul_meta_dispatch.h>
+#include <ATen/ops/mul_ops.h>
+#include <ATen/ops/native_dropout_backward_ops.h>
 #include <ATen/ops/native_batch_norm_backward_ops.h>
 #include <ATen/ops/native_batch_norm_ops.h>
 #include <ATen/ops/native_layer_norm_backward_ops.h>
@@ -415,6 +424,131 @@ std::tuple<at::Tensor&, at::Tensor&, at::Tensor&> convolution_backward_cpu(
   return {grad_input, grad_weight, grad_bias};
 }
 
+// --- native_dropout_backward(grad_output, mask, scale): the CPU kernel computes
+// (grad_output * mask) * scale, which mul.out then mul_ write into the output as such.
+
+at::Tensor native_dropout_backward_meta(const at::Tensor& grad_output, const at::Tensor& mask, double /*scale*/) {
+  // The masks native_dropout makes; other dtypes (whose product the scale may promote)
+  // the CPU kernel takes on the calling thread.
+  TORCH_CHECK(
+      at::isFloatingType(grad_output.scalar_type()) && mask.scalar_type() == at::kBool,
+      "native_dropout_backward: arguments vdev sizes on the calling thread");
+  return at::meta::mul(grad_output, mask);
+}
+
+at::Tensor& native_dropout_backward_cpu(
+    const at::Tensor& grad_output, const at::Tensor& mask, double scale, at::Tensor& out) {
+  at::_ops::mul_out::redispatch(kCpu, grad_output, mask, out);
+  // The scale as the CPU kernel's `* scale` takes it: a wrapped number, the second
+  // operand, multiplied in the op math type (mul_.Scalar would round it to bfloat16).
+  return at::_ops::mul__Tensor::redispatch(kCpu, out, at::native::wrapped_scalar_tensor(scale));
+}
+
+// --- _scaled_dot_product_flash_attention_for_cpu and its backward: the CPU kernels
+// allocate their results (the output laid out as the query, the log-sum-exp and the
+// gradients as (batch, length, heads, ...) buffers transposed to (batch, heads,
+// length, ...)), so the kernels here copy.
+
+// A (batch, heads, length, ...) result laid out as the CPU kernel's transposed buffer.
+at::Tensor empty_meta_heads_second(at::IntArrayRef sizes, c10::ScalarType dtype) {
+  std::vector<int64_t> buffer_sizes = sizes.vec();
+  std::swap(buffer_sizes[1], buffer_sizes[2]);
+  return empty_meta(buffer_sizes, dtype).transpose(1, 2);
+}
+
+// What the CPU kernels check, and what their flash kernels assume of the shapes (one
+// head count, one key length, a mask that broadcasts to the scores); anything else
+// raises here and the CPU kernel decides on the calling thread.
+void check_flash_attention_cpu(
+    const at::Tensor& query, const at::Tensor& key, const at::Tensor& value, double dropout_p,
+    const std::optional<at::Tensor>& attn_mask) {
+  const c10::ScalarType dtype = query.scalar_type();
+  TORCH_CHECK(
+      c10::isFloatingType(dtype), "scaled_dot_product_attention_flash_attention: Expected data type in FP32, FP64, ",
+      "BF16, FP16, but got ", dtype, " instead.");
+  TORCH_CHECK(
+      query.dim() == 4 && key.dim() == 4 && value.dim() == 4,
+      "scaled_dot_product_attention_flash_attention: Accept only 4 dims inputs shape of {B, H, T, K}");
+  TORCH_CHECK(dropout_p == 0.0, "scaled_dot_product_attention_flash_attention: Currently do not support dropout > 0");
+  TORCH_CHECK(
+      query.size(3) == value.size(3) && key.size(3) == value.size(3),
+      "scaled_dot_product_attention_flash_attention: Q/K/V should have the same head size");
+  TORCH_CHECK(
+      key.scalar_type() == dtype && value.scalar_type() == dtype && query.size(0) == key.size(0) &&
+          key.size(0) == value.size(0) && query.size(1) == key.size(1) && key.size(1) == value.size(1) &&
+          key.size(2) == value.size(2),
+      "scaled_dot_product_attention_flash_attention: arguments vdev sizes on the calling thread");
+  if (attn_mask.has_value() && attn_mask->defined()) {
+    const at::Tensor& mask = *attn_mask;
+    const c10::ScalarType mask_type = mask.scalar_type();
+    TORCH_CHECK(
+        mask_type == at::kBool || mask_type == at::kFloat || mask_type == at::kBFloat16 || mask_type == at::kHalf ||
+            mask_type == dtype,
+        "scaled_dot_product_attention_flash_attention: Attention mask is the same data type as query");
+    TORCH_CHECK(
+        mask.dim() == 2 || mask.dim() == 4,
+        "scaled_dot_product_attention_flash_attention: Attention mask dim in {2, 4}");
+    const std::array<int64_t, 4> scores{query.size(0), query.size(1), query.size(2), key.size(2)};
+    for (int64_t i = 0; i < mask.dim(); ++i) {
+      const int64_t size = mask.size(-1 - i);
+      TORCH_CHECK(
+          size == 1 || size == scores[3 - i],
+          "scaled_dot_product_attention_flash_attention: the mask does not broadcast to the scores (vdev leaves it ",
+          "to the calling thread)");
+    }
+  }
+}
+
+std::tuple<at::Tensor, at::Tensor> flash_attention_cpu_meta(
+    const at::Tensor& query, const at::Tensor& key, const at::Tensor& value, double dropout_p, bool /*is_causal*/,
+    const std::optional<at::Tensor>& attn_mask, std::optional<double> /*scale*/) {
+  check_flash_attention_cpu(query, key, value, dropout_p, attn_mask);
+  return {
+      at::empty_like(query), empty_meta_heads_second(query.sizes().slice(0, 3), at::toOpMathType(query.scalar_type()))};
+}
+
+std::tuple<at::Tensor&, at::Tensor&> flash_attention_cpu(
+    const at::Tensor& query, const at::Tensor& key, const at::Tensor& value, double dropout_p, bool is_causal,
+    const std::optional<at::Tensor>& attn_mask, std::optional<double> scale, at::Tensor& output,
+    at::Tensor& logsumexp) {
+  const auto [output_result, logsumexp_result] = at::_ops::_scaled_dot_product_flash_attention_for_cpu::redispatch(
+      kCpu, query, key, value, dropout_p, is_causal, attn_mask, scale);
+  copy_into(output, output_result);
+  copy_into(logsumexp, logsumexp_result);
+  return {output, logsumexp};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> flash_attention_cpu_backward_meta(
+    const at::Tensor& grad_out, const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
+    const at::Tensor& out, const at::Tensor& logsumexp, double dropout_p, bool /*is_causal*/,
+    const std::optional<at::Tensor>& attn_mask, std::optional<double> /*scale*/) {
+  check_flash_attention_cpu(query, key, value, dropout_p, attn_mask);
+  TORCH_CHECK(
+      grad_out.sizes() == query.sizes() && out.sizes() == query.sizes() &&
+          grad_out.scalar_type() == query.scalar_type() && out.scalar_type() == query.scalar_type() &&
+          logsumexp.sizes() == query.sizes().slice(0, 3) &&
+          logsumexp.scalar_type() == at::toOpMathType(query.scalar_type()),
+      "_scaled_dot_product_flash_attention_for_cpu_backward: grad_out, out or logsumexp does not match the query");
+  return {
+      empty_meta_heads_second(query.sizes(), query.scalar_type()),
+      empty_meta_heads_second(key.sizes(), key.scalar_type()),
+      empty_meta_heads_second(value.sizes(), value.scalar_type())};
+}
+
+std::tuple<at::Tensor&, at::Tensor&, at::Tensor&> flash_attention_cpu_backward(
+    const at::Tensor& grad_out, const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
+    const at::Tensor& out, const at::Tensor& logsumexp, double dropout_p, bool is_causal,
+    const std::optional<at::Tensor>& attn_mask, std::optional<double> scale, at::Tensor& grad_query,
+    at::Tensor& grad_key, at::Tensor& grad_value) {
+  const auto [query_result, key_result, value_result] =
+      at::_ops::_scaled_dot_product_flash_attention_for_cpu_backward::redispatch(
+          kCpu, grad_out, query, key, value, out, logsumexp, dropout_p, is_causal, attn_mask, scale);
+  copy_into(grad_query, query_result);
+  copy_into(grad_key, key_result);
+  copy_into(grad_value, value_result);
+  return {grad_query, grad_key, grad_value};
+}
+
 using LaunchTable = ska::flat_hash_map<c10::OperatorName, HandwrittenLaunch>;
 
 template <class Op>
@@ -432,42 +566,38 @@ void add_launch(LaunchTable& table) {
           c10::KernelFunction()});
 }
 
-// An op whose outputs vdev's CPU kernel `cpu` (of OutOp's schema) writes.
-template <class Op, typename Op::schema* meta, class OutOp, typename OutOp::schema* cpu>
+// An op whose outputs vdev's CPU kernel `cpu` writes: it takes the op's arguments, then
+// its outputs (the schema of the op's out= overload, where it has one).
+template <class Op, typename Op::schema* meta, auto* cpu>
 void add_launch(LaunchTable& table) {
   table.emplace(
       name_of<Op>(),
       HandwrittenLaunch{
           c10::KernelFunction::makeFromUnboxedFunction(c10::CompileTimeFunctionPointer<typename Op::schema, meta>()),
           c10::KernelFunction::makeFromUnboxedFunction(
-              c10::CompileTimeFunctionPointer<typename OutOp::schema, cpu>())});
+              c10::CompileTimeFunctionPointer<std::remove_pointer_t<decltype(cpu)>, cpu>())});
 }
 
 LaunchTable make_launch_table() {
   namespace ops = at::_ops;
   LaunchTable table;
-  add_launch<ops::relu, relu_meta, ops::relu_out, relu_cpu>(table);
+  add_launch<ops::relu, relu_meta, relu_cpu>(table);
   add_launch<ops::relu_, relu__meta>(table);
   add_launch<ops::where_self, where_meta>(table);
   add_launch<ops::where_self_out, where_out_meta>(table);
   add_launch<ops::index_select, index_select_meta>(table);
-  add_launch<
-      ops::embedding_dense_backward, embedding_dense_backward_meta, ops::embedding_dense_backward_out,
-      embedding_dense_backward_cpu>(table);
-  add_launch<ops::native_layer_norm, native_layer_norm_meta, ops::native_layer_norm_out, native_layer_norm_cpu>(
-      table);
-  add_launch<
-      ops::native_layer_norm_backward, native_layer_norm_backward_meta, ops::native_layer_norm_backward_out,
-      native_layer_norm_backward_cpu>(table);
+  add_launch<ops::embedding_dense_backward, embedding_dense_backward_meta, embedding_dense_backward_cpu>(table);
+  add_launch<ops::native_layer_norm, native_layer_norm_meta, native_layer_norm_cpu>(table);
+  add_launch<ops::native_layer_norm_backward, native_layer_norm_backward_meta, native_layer_norm_backward_cpu>(table);
   add_launch<ops::native_batch_norm, native_batch_norm_meta>(table);
+  add_launch<ops::native_batch_norm_backward, native_batch_norm_backward_meta, native_batch_norm_backward_cpu>(table);
+  add_launch<ops::convolution_overrideable, convolution_meta, convolution_cpu>(table);
+  add_launch<ops::convolution_backward_overrideable, convolution_backward_meta, convolution_backward_cpu>(table);
+  add_launch<ops::native_dropout_backward, native_dropout_backward_meta, native_dropout_backward_cpu>(table);
+  add_launch<ops::_scaled_dot_product_flash_attention_for_cpu, flash_attention_cpu_meta, flash_attention_cpu>(table);
   add_launch<
-      ops::native_batch_norm_backward, native_batch_norm_backward_meta, ops::native_batch_norm_backward_out,
-      native_batch_norm_backward_cpu>(table);
-  add_launch<ops::convolution_overrideable, convolution_meta, ops::convolution_overrideable_out, convolution_cpu>(
-      table);
-  add_launch<
-      ops::convolution_backward_overrideable, convolution_backward_meta, ops::convolution_backward_overrideable_out,
-      convolution_backward_cpu>(table);
+      ops::_scaled_dot_product_flash_attention_for_cpu_backward, flash_attention_cpu_backward_meta,
+      flash_attention_cpu_backward>(table);
   return table;
 }
 
