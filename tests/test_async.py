@@ -4,6 +4,7 @@ worker while the host goes on, and the host sees its results only after synchron
 states "still queued" and "complete" are deterministic: work queued behind a 300 ms
 kernel has not run when the host checks at once."""
 
+import sys
 import threading
 
 import pytest
@@ -743,3 +744,59 @@ def test_a_fork_waits_for_queued_kernels():
         os.waitpid(pid, 0)
         pytest.fail("the forked child hung")
     assert os.waitstatus_to_exitcode(finished[1]) == 0
+
+
+def _draw_then_sleep():
+    torch.rand(N, device="vdev")  # the default generator now waits for this device
+    torch.vdev._sleep(BUSY_MS)
+
+
+@pytest.mark.parametrize(
+    "queue, wait",
+    [
+        (lambda: torch.vdev._sleep(BUSY_MS), lambda: torch.vdev.synchronize()),
+        (lambda: torch.vdev._sleep(BUSY_MS), lambda: torch.vdev.current_stream().synchronize()),
+        (lambda: torch.vdev._sleep(BUSY_MS), lambda: _recorded_event().synchronize()),
+        (lambda: torch.vdev._sleep(BUSY_MS), lambda: torch.ones(1, device="vdev").item()),
+        (lambda: torch.vdev._sleep(BUSY_MS), lambda: torch.ones(1, device="vdev").cpu()),
+        (_draw_then_sleep, lambda: torch.vdev.get_rng_state()),
+        (_draw_then_sleep, lambda: torch.vdev.manual_seed(0)),
+    ],
+    ids=[
+        "torch.vdev.synchronize", "Stream.synchronize",
+        "Event.synchronize", "item", "cpu", "get_rng_state", "manual_seed",
+    ],
+)
+def test_a_host_thread_waiting_for_a_stream_lets_other_python_threads_run(queue, wait):
+    # Work queued on a stream may need a thread that needs the GIL (gloo's threads run
+    # Python future callbacks), so a waiting host thread must not hold it. The main
+    # thread gives the GIL up only when a call releases it (the switch interval is
+    # longer than the test); the counting thread releases it between increments.
+    counted = 0
+    stop = threading.Event()
+
+    def count():
+        nonlocal counted
+        while not stop.wait(0.001):
+            counted += 1
+
+    switch_interval = sys.getswitchinterval()
+    counter = threading.Thread(target=count)
+    counter.start()
+    sys.setswitchinterval(60.0)
+    try:
+        queue()
+        before = counted
+        wait()
+        during = counted - before
+    finally:
+        sys.setswitchinterval(switch_interval)
+        stop.set()
+        counter.join()
+    assert during > 0
+
+
+def _recorded_event():
+    event = torch.vdev.Event()
+    event.record()
+    return event

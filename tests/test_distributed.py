@@ -12,6 +12,7 @@ import datetime
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import torch
@@ -410,6 +411,51 @@ class CollectiveTests:
             dist.all_reduce(on_device)
             torch.testing.assert_close(on_device.cpu(), torch.full((5,), float(self.world_size)))
 
+    def test_wait_makes_the_stream_wait(self):
+        """Work.wait() makes the current stream wait for the collective, as NCCL's: the
+        host returns while the collective is still under way (the other ranks' streams
+        are busy for 2 s before they join it), and work queued after wait() sees the
+        result. Rank 0 checks right after wait() returns, long before the others join."""
+        dist.barrier()  # the ranks start together (a barrier's wait blocks the host)
+        tensor = torch.full((4,), float(self.rank + 1), device=self.device)
+        if self.rank != 0:
+            torch.vdev._sleep(2000)
+        work = dist.all_reduce(tensor, async_op=True)
+        work.wait()
+        if self.rank == 0:
+            self.assertFalse(work.is_completed())
+            self.assertFalse(torch.vdev.current_stream().query())
+        tensor.add_(1)  # queued behind the wait
+        total = sum(range(1, self.world_size + 1))
+        torch.testing.assert_close(tensor.cpu(), torch.full((4,), total + 1.0))
+        self.assertTrue(work.is_completed())
+        # dist.all_reduce without async_op waits the same way: the host goes on at once.
+        dist.barrier()
+        if self.rank != 0:
+            torch.vdev._sleep(2000)
+        synchronous = torch.full((4,), float(self.rank + 1), device=self.device)
+        dist.all_reduce(synchronous, op=dist.ReduceOp.AVG)
+        if self.rank == 0:
+            self.assertFalse(torch.vdev.current_stream().query())
+        torch.testing.assert_close(synchronous.cpu(), torch.full((4,), total / self.world_size))
+
+    def test_host_waits_while_a_python_callback_finishes_the_collective(self):
+        """The host waits for a stream whose queued Work.wait() needs gloo's thread to
+        run a Python `then` callback (which takes the GIL): the host's wait releases the
+        GIL, so neither deadlocks. Rank 0 waits in torch.vdev.synchronize() while the
+        others join 1 s later; the callback's result is checked after."""
+        dist.barrier()
+        tensor = torch.full((4,), float(self.rank + 1), device=self.device)
+        if self.rank != 0:
+            torch.vdev._sleep(1000)
+        work = dist.all_reduce(tensor, async_op=True)
+        doubled = work.get_future().then(lambda future: future.value()[0] * 2)
+        work.wait()
+        torch.vdev.synchronize()
+        total = float(sum(range(1, self.world_size + 1)))
+        torch.testing.assert_close(doubled.wait().cpu(), torch.full((4,), 2 * total))
+        torch.testing.assert_close(tensor.cpu(), torch.full((4,), total))
+
     def test_new_group(self):
         members = [0, self.world_size - 1]
         group = dist.new_group(members)
@@ -665,6 +711,23 @@ class TestFaults(FreshProcessesTest):
             for _ in range(3):
                 self.summed()
         self.assertLess(time.monotonic() - start, 20)
+
+    def test_collective_fails_after_wait(self):
+        """A collective that fails after Work.wait() returned (the peer dies while its
+        stream is still busy) raises at the next synchronization, naming the collective;
+        the device stays usable."""
+        self.init(VCCL, timeout=20)
+        self.summed().cpu()
+        tensor = torch.ones(3, device=self.device)
+        if self.rank == 1:
+            threading.Timer(2.0, os._exit, args=(0,)).start()
+            torch.vdev._sleep(10_000)
+            dist.all_reduce(tensor)  # the process exits while this waits for its stream
+        work = dist.all_reduce(tensor, async_op=True)
+        work.wait()
+        with self.assertRaisesRegex(RuntimeError, f"Work.wait: {VCCL} all_reduce failed: .*(Connection|closed|reset)"):
+            tensor.cpu()
+        torch.testing.assert_close(torch.ones(2, device=self.device).sum().cpu(), torch.tensor(2.0))
 
     def test_peer_hangs(self):
         self.init(VCCL)  # connecting takes longer than 3 s on a loaded machine

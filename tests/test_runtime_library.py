@@ -36,6 +36,7 @@ THREADED_TESTS = [
     "launch_failure_surfaces_at_the_next_synchronization",
     "async_copies_are_queued_in_stream_order",
     "device_synchronize_waits_for_every_stream",
+    "only_blocking_waits_run_through_the_host_wait_hook",
     "forked_and_joined_streams_are_captured",
     "capture_modes_decide_what_other_streams_may_do",
     "a_graph_destroyed_while_launched_runs_then_is_destroyed",

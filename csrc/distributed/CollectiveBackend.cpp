@@ -22,9 +22,10 @@ namespace {
 class CollectiveWork final : public c10d::Work {
  public:
   CollectiveWork(
-      c10::intrusive_ptr<c10d::Work> transport_work, std::vector<at::Tensor> results,
+      const char* op, c10::intrusive_ptr<c10d::Work> transport_work, std::vector<at::Tensor> results,
       std::function<void()> on_completion, c10::DeviceIndex device, int rank)
       : c10d::Work(rank, transport_work->retrieveOpType()),
+        op_(op),
         transport_work_(std::move(transport_work)),
         results_(std::move(results)),
         completion_(std::make_shared<Completion>(std::move(on_completion))),
@@ -45,23 +46,35 @@ class CollectiveWork final : public c10d::Work {
   std::exception_ptr exception() const override {
     return transport_work_->exception();
   }
+  // The rank a receive from any source got its message from, once it has: the host
+  // asks right after wait(), which no longer waits for it.
   int sourceRank() const override {
+    transport_work_->wait();
     return transport_work_->sourceRank();
   }
   std::vector<at::Tensor> result() override {
     return results_;
   }
   void synchronize() override {
-    wait(kNoTimeout);
+    blockCurrentStream();
   }
-  // Blocks the host until gloo is done (its errors and timeouts surface here); the
-  // current stream's later work then runs after the collective.
+  // As NCCL's: the current stream's later work runs after the collective, and the host
+  // returns at once (a barrier's wait, as NCCL's, also blocks the host). A collective
+  // that has already failed raises here; one that fails or times out later raises at
+  // the stream's next synchronization (`.item()`, `torch.vdev.synchronize()`, ...).
   bool wait(std::chrono::milliseconds timeout) override {
-    if (!transport_work_->wait(timeout)) {
-      return false;
+    if (retrieveOpType() == c10d::OpType::BARRIER || transport_work_->isCompleted()) {
+      if (!transport_work_->wait(timeout)) {
+        return false;
+      }
+      completion_->run();
+      return true;
     }
-    completion_->run();
+    make_stream_wait(timeout);
     return true;
+  }
+  void blockCurrentStream() override {
+    make_stream_wait(kNoTimeout);
   }
   void abort() override {
     transport_work_->abort();
@@ -125,6 +138,23 @@ class CollectiveWork final : public c10d::Work {
     std::once_flag once;
   };
 
+  void make_stream_wait(std::chrono::milliseconds timeout) {
+    // The queued wait holds what it needs, not this work: a work need not outlive it.
+    make_current_stream_wait(
+        device_, "Work.wait",
+        [op = op_, transport_work = transport_work_, completion = completion_, timeout] {
+          try {
+            transport_work->wait(timeout);
+          } catch (const c10::Error& error) {
+            TORCH_CHECK(false, kCollectiveBackendName, " ", op, " failed: ", error.what_without_backtrace());
+          } catch (const std::exception& error) {
+            TORCH_CHECK(false, kCollectiveBackendName, " ", op, " failed: ", error.what());
+          }
+          completion->run();
+        });
+  }
+
+  const char* op_;
   c10::intrusive_ptr<c10d::Work> transport_work_;
   std::vector<at::Tensor> results_;
   std::shared_ptr<Completion> completion_;
@@ -324,7 +354,8 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::run(
     transport_work = launch();
   });
   return c10::make_intrusive<CollectiveWork>(
-      std::move(transport_work), std::move(results), std::move(on_completion), device, rank_);
+      call.op, std::move(transport_work), std::move(results), std::move(on_completion), device,
+      rank_);
 }
 
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::broadcast(

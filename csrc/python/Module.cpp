@@ -110,7 +110,6 @@ PYBIND11_MODULE(_C, m) {
   m.def("check_device_index", [](int index) { vdev::check_device_index(to_index(index)); });
   m.def("synchronize", [](int index) {
     vdev::lazy_init();
-    py::gil_scoped_release no_gil;  // the streams' work never needs the GIL
     vdev::synchronize_device(to_index(index));
   });
   // torch.cuda._sleep's counterpart: a kernel that keeps the current stream busy, so
@@ -138,12 +137,15 @@ PYBIND11_MODULE(_C, m) {
     });
   });
   m.def("memory_capacity", [](int index) { return vdev::memory_capacity(to_index(index)); });
-  vdev::set_generator_wait([](void (*wait)(const vdev::GeneratorImpl&), const vdev::GeneratorImpl& generator) {
-    if (PyGILState_Check() != 0) {
+  // A host thread waiting for a stream must not hold the GIL: the stream's work may be
+  // waiting for a thread that needs it (gloo's threads run Python future callbacks).
+  // Not once the interpreter is finalizing: no other thread may take the GIL then.
+  vdev::set_host_wait_hook([](void (*wait)(void*), void* context) {
+    if (Py_IsInitialized() != 0 && _Py_IsFinalizing() == 0 && PyGILState_Check() != 0) {
       py::gil_scoped_release no_gil;
-      wait(generator);
+      wait(context);
     } else {
-      wait(generator);
+      wait(context);
     }
   });
   m.def("default_generators", [] {

@@ -30,31 +30,17 @@ at::Generator GeneratorImpl::cpu_generator_for_launch(c10::DeviceIndex device) {
   return cpu_generator();
 }
 
-namespace {
-
-std::atomic<GeneratorWait> generator_wait{
-    [](void (*wait)(const GeneratorImpl&), const GeneratorImpl& generator) { wait(generator); }};
-
-} // namespace
-
-void set_generator_wait(GeneratorWait run_wait) {
-  generator_wait.store(run_wait);
-}
-
-void GeneratorImpl::synchronize_launch_devices(const GeneratorImpl& generator) {
-  const uint64_t devices = generator.launch_devices_.load();
+void GeneratorImpl::wait_for_draws() const {
+  // Nothing is queued in a process that has not initialised vdev (a forked child
+  // seeding its generators included).
+  const uint64_t devices = launch_devices_.load();
+  if (devices == 0 || !is_initialized()) {
+    return;
+  }
   for (c10::DeviceIndex device = 0; device < 64; ++device) {
     if ((devices >> device) & 1) {
       synchronize_device(device);
     }
-  }
-}
-
-void GeneratorImpl::wait_for_draws() const {
-  // Nothing is queued in a process that has not initialised vdev (a forked child
-  // seeding its generators included).
-  if (launch_devices_.load() != 0 && is_initialized()) {
-    generator_wait.load()(&synchronize_launch_devices, *this);
   }
 }
 

@@ -49,9 +49,8 @@ class GeneratorImpl final : public c10::GeneratorImpl {
   GeneratorImpl* clone_impl() const override;
 
   // Waits for the work queued on the devices whose launched kernels draw from this
-  // generator (through the GeneratorWait set).
+  // generator.
   void wait_for_draws() const;
-  static void synchronize_launch_devices(const GeneratorImpl& generator);
   // wait_for_draws, then locks the CPU generator (whose mutex the kernels take).
   std::unique_lock<std::mutex> access_state() const;
 
@@ -61,13 +60,6 @@ class GeneratorImpl final : public c10::GeneratorImpl {
   // Bit d: kernels launched on device d draw from this generator.
   std::atomic<uint64_t> launch_devices_{0};
 };
-
-// How the host runs a wait for a generator's draws (by default: at once). Python's
-// generator methods call in holding the GIL, which the clean-up of a finished kernel
-// may need (its launching thread's state holds Python objects): the Python module
-// sets one that releases it.
-using GeneratorWait = void (*)(void (*wait)(const GeneratorImpl&), const GeneratorImpl& generator);
-VDEV_API void set_generator_wait(GeneratorWait run_wait);
 
 VDEV_API const at::Generator& default_generator(c10::DeviceIndex device);
 at::Generator make_generator(c10::DeviceIndex device);

@@ -228,6 +228,10 @@ void synchronize_device(c10::DeviceIndex device) {
   }
 }
 
+void set_host_wait_hook(HostWaitHook hook) {
+  check_runtime(vdrtSetHostWaitHook(hook), "vdrtSetHostWaitHook");
+}
+
 void record_event(void** event, const c10::Stream& stream, c10::EventFlag flag) {
   check_stream(stream);
   if (*event == nullptr) {

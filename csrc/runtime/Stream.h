@@ -63,6 +63,14 @@ VDEV_API bool query_stream(const c10::Stream& stream);
 VDEV_API void synchronize_current_stream(c10::DeviceIndex device, const char* op_name = nullptr);
 VDEV_API void synchronize_device(c10::DeviceIndex device);
 
+// Every wait of the host that blocks on queued work (the ones above, events, blocking
+// copies, a generator's state waiting for its draws) runs as hook(wait, context), which
+// must call wait(context) once. Only waits that block call it: a wait for complete work
+// returns at once. The Python module's hook releases the GIL the waiting thread holds,
+// since the queued work may need it (gloo's threads run Python future callbacks).
+using HostWaitHook = void (*)(void (*wait)(void* context), void* context);
+VDEV_API void set_host_wait_hook(HostWaitHook hook);
+
 // Events (c10's void* event handles). Recording one queues a marker on the stream; it
 // completes, and is timed, when the stream's worker reaches it.
 void record_event(void** event, const c10::Stream& stream, c10::EventFlag flag);

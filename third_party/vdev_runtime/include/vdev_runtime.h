@@ -262,6 +262,17 @@ vdrtError_t vdrtGraphExecDestroy(vdrtGraphExec_t exec);
 vdrtError_t vdrtSetLaunchBlocking(int blocking);
 int vdrtGetLaunchBlocking(void);
 
+/* ---- host waits ----
+ *
+ * Every wait that blocks the calling thread on queued work (stream, event and device
+ * synchronizations, synchronous copies and memsets, stream destruction, launch-blocking
+ * launches) runs as hook(wait, context): the hook must call wait(context) once, and may
+ * do anything around it (an embedding interpreter releases its global lock, which the
+ * queued work may need). Waits that would not block (the work is complete) do not call
+ * it. NULL restores the default (wait(context) alone). */
+typedef void (*vdrtHostWaitHook)(void (*wait)(void* context), void* context);
+vdrtError_t vdrtSetHostWaitHook(vdrtHostWaitHook hook);
+
 #ifdef __cplusplus
 }
 #endif

@@ -32,6 +32,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <unordered_set>
 #include <vector>
 
@@ -111,6 +112,19 @@ struct Config {
 
 struct Capture;
 
+std::atomic<vdrtHostWaitHook> host_wait_hook{nullptr};
+
+// Runs `wait`, which blocks the calling thread on queued work, through the host's hook.
+template <typename Wait>
+void block_host(Wait&& wait) {
+  const vdrtHostWaitHook hook = host_wait_hook.load(std::memory_order_acquire);
+  if (hook == nullptr) {
+    wait();
+    return;
+  }
+  hook([](void* context) { (*static_cast<std::remove_reference_t<Wait>*>(context))(); }, &wait);
+}
+
 struct Allocation {
   size_t size;
   int device;  // -1 for pinned host memory
@@ -148,8 +162,16 @@ struct EventState {
   }
 
   void wait_for(uint64_t record) {
-    std::unique_lock<std::mutex> lock(mutex);
-    completed_changed.wait(lock, [&] { return completed >= record; });
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (completed >= record) {
+        return;
+      }
+    }
+    block_host([&] {
+      std::unique_lock<std::mutex> lock(mutex);
+      completed_changed.wait(lock, [&] { return completed >= record; });
+    });
   }
 };
 
@@ -455,9 +477,11 @@ struct vdrtStream : std::enable_shared_from_this<vdrtStream> {
     if (idle()) {
       return;
     }
-    std::unique_lock<std::mutex> lock(mutex);
-    const uint64_t target = submitted.load();
-    work_done.wait(lock, [&] { return completed.load() >= target; });
+    block_host([&] {
+      std::unique_lock<std::mutex> lock(mutex);
+      const uint64_t target = submitted.load();
+      work_done.wait(lock, [&] { return completed.load() >= target; });
+    });
   }
 
   vdrtError_t take_failure() {
@@ -1624,6 +1648,11 @@ vdrtError_t vdrtGraphExecDestroy(vdrtGraphExec_t exec) {
 
 vdrtError_t vdrtSetLaunchBlocking(int blocking) {
   launch_blocking = blocking != 0;
+  return vdrtSuccess;
+}
+
+vdrtError_t vdrtSetHostWaitHook(vdrtHostWaitHook hook) {
+  host_wait_hook.store(hook, std::memory_order_release);
   return vdrtSuccess;
 }
 

@@ -597,6 +597,55 @@ TEST(launch_failure_surfaces_at_the_next_synchronization) {
   CHECK_OK(vdrtStreamDestroy(stream));
 }
 
+// ---- host waits ----
+
+std::atomic<int> hooked_waits{0};
+
+void counting_wait_hook(void (*wait)(void* context), void* context) {
+  hooked_waits += 1;
+  wait(context);
+}
+
+TEST(only_blocking_waits_run_through_the_host_wait_hook) {
+  CHECK_OK(vdrtSetHostWaitHook(&counting_wait_hook));
+  vdrtStream_t stream = new_stream();
+  vdrtEvent_t event = nullptr;
+  CHECK_OK(vdrtEventCreate(&event, vdrtEventDefault));
+  // Complete work: no wait blocks, so the hook is not called.
+  CHECK_OK(vdrtEventRecord(event, stream));
+  while (vdrtStreamQuery(stream) == vdrtErrorNotReady) {
+    sleep_ms(1);
+  }
+  CHECK_OK(vdrtStreamSynchronize(stream));
+  CHECK_OK(vdrtEventSynchronize(event));
+  CHECK_OK(vdrtDeviceSynchronize(0));
+  CHECK(hooked_waits == 0);
+  // Queued work: each wait blocks inside the hook.
+  const std::function<vdrtError_t()> waits[] = {
+      [&] { return vdrtStreamSynchronize(stream); },
+      [&] { return vdrtEventSynchronize(event); },
+      [&] { return vdrtDeviceSynchronize(0); },
+  };
+  int expected = 0;
+  for (const auto& wait : waits) {
+    Gate gate;
+    CHECK_OK(vdrtLaunchHostFunc(stream, &Gate::wait, &gate));
+    CHECK_OK(vdrtEventRecord(event, stream));
+    gate.wait_reached();
+    std::thread opener([&] {
+      sleep_ms(20);
+      gate.open = true;
+    });
+    CHECK_OK(wait());
+    opener.join();
+    expected += 1;
+    CHECK(hooked_waits == expected);
+  }
+  CHECK_OK(vdrtSetHostWaitHook(nullptr));
+  CHECK_OK(vdrtEventDestroy(event));
+  CHECK_OK(vdrtStreamDestroy(stream));
+}
+
 // ---- launch blocking ----
 
 TEST(launch_blocking_runs_work_before_returning) {
