@@ -256,6 +256,8 @@ def test_capture_error_modes(mode):
     other_stream = torch.vdev.Stream()
     other = torch.zeros(4, device="vdev")
     captured = torch.zeros(4, device="vdev")
+    # The zeros are queued on the default stream; the other streams must see them written.
+    torch.vdev.synchronize()
     graph = torch.vdev.VDEVGraph()
     with torch.vdev.stream(torch.vdev.Stream()):
         graph.capture_begin(capture_error_mode=mode)
