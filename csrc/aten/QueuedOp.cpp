@@ -2,6 +2,7 @@
 
 #include "aten/CpuRedispatch.h"
 #include "aten/MetaKernels.h"
+#include "aten/MetaResultCache.h"
 #include "aten/Tensor.h"
 #include "profiler/DeviceActivity.h"
 #include "runtime/Allocator.h"
@@ -316,6 +317,75 @@ void raise_as_meta_for_host_output(
   }
 }
 
+
+// Passes warnings on, noting that there were some.
+class WarningRecorder : public c10::WarningHandler {
+ public:
+  void process(const c10::Warning& warning) override {
+    warned = true;
+    next_->process(warning);
+  }
+  bool warned = false;
+
+ private:
+  c10::WarningHandler* next_ = c10::WarningUtils::get_warning_handler();
+};
+
+struct MetaRun {
+  MetaResult result;
+  // Whether later calls with the same signature may take `result` (MetaResultCache.h):
+  // the meta kernel warned nothing and changed no written argument.
+  bool rememberable = true;
+};
+
+// The op on meta tensors: its fresh outputs' metadata, and the written arguments take
+// the geometry it gave them. nullopt if it raised: invalid arguments, or sizes that
+// depend on data after all (indexing with a bool mask calls nonzero); the CPU kernel, on
+// the calling thread, then raises or decides.
+std::optional<MetaRun> run_meta_kernel(
+    const c10::OperatorHandle& op, const OperatorFacts& facts, c10::ArrayRef<c10::IValue> arguments,
+    c10::DeviceIndex device) {
+  MetaArguments metas;
+  torch::jit::Stack meta_stack;
+  meta_stack.reserve(arguments.size());
+  for (const c10::IValue& value : arguments) {
+    meta_stack.push_back(metas.convert(value));
+  }
+  MetaRun run;
+  {
+    WarningRecorder warnings;
+    c10::WarningUtils::WarningHandlerGuard recording(&warnings);
+    try {
+      facts.launch.meta->callBoxed(op, c10::DispatchKeySet(c10::DispatchKey::Meta), &meta_stack);
+    } catch (const std::exception&) {
+      return std::nullopt;
+    }
+    run.rememberable = !warnings.warned;
+  }
+  for (size_t i = 0; i < facts.launch.fresh_outputs; ++i) {
+    const at::Tensor& meta = meta_stack[i].toTensor();
+    MetaResult::Output& output = run.result.fresh.emplace_back();
+    if (meta.defined()) {
+      output.defined = true;
+      output.dtype = meta.scalar_type();
+      output.conj = meta.is_conj();
+      output.neg = meta.is_neg();
+      output.sizes.assign(meta.sizes().begin(), meta.sizes().end());
+      output.strides.assign(meta.strides().begin(), meta.strides().end());
+    }
+  }
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    if (facts.written[i] && arguments[i].isTensor() && arguments[i].toTensor().defined()) {
+      const at::Tensor& original = arguments[i].toTensor();
+      const at::Tensor& meta = metas.meta(original);
+      run.rememberable = run.rememberable && original.is_conj() == meta.is_conj() &&
+          original.is_neg() == meta.is_neg() &&
+          same_geometry(*original.unsafeGetTensorImpl(), *meta.unsafeGetTensorImpl());
+      take_geometry(original, meta, device);
+    }
+  }
+  return run;
+}
 } // namespace
 
 bool launch_op(const c10::OperatorHandle& op, const OperatorFacts& facts, torch::jit::Stack* stack) {
@@ -373,41 +443,34 @@ bool launch_op(const c10::OperatorHandle& op, const OperatorFacts& facts, torch:
     device = checks.device();
   }
 
-  MetaArguments metas;
-  torch::jit::Stack meta_stack;
-  meta_stack.reserve(argument_count);
-  for (const c10::IValue& value : arguments) {
-    meta_stack.push_back(metas.convert(value));
+  LaunchSignature signature;
+  const bool describable = signature.describe(facts, arguments);
+  const MetaResult* remembered = describable ? remembered_meta_result(signature) : nullptr;
+  std::optional<MetaRun> computed;
+  if (remembered == nullptr) {
+    computed = run_meta_kernel(op, facts, arguments, device);
+    if (!computed.has_value()) {
+      return false;
+    }
   }
-  try {
-    plan.meta->callBoxed(op, c10::DispatchKeySet(c10::DispatchKey::Meta), &meta_stack);
-  } catch (const std::exception&) {
-    // Invalid arguments, or sizes that depend on data after all (indexing with a bool
-    // mask calls nonzero): the CPU kernel, on the calling thread, raises or decides.
-    return false;
-  }
+  const MetaResult& meta_result = remembered != nullptr ? *remembered : computed->result;
 
   c10::SmallVector<at::Tensor, 2> fresh;
-  for (size_t i = 0; i < plan.fresh_outputs; ++i) {
-    const at::Tensor& meta = meta_stack[i].toTensor();
-    if (!meta.defined()) {
+  for (const MetaResult::Output& meta : meta_result.fresh) {
+    if (!meta.defined) {
       if (plan.cpu_kernel == nullptr) {
         return false;  // an optional output (a backward's unneeded gradient)
       }
       fresh.emplace_back();
       continue;
     }
-    at::Tensor& output =
-        fresh.emplace_back(empty_strided_tensor(meta.sizes(), meta.strides(), meta.scalar_type(), device));
+    at::Tensor& output = fresh.emplace_back(empty_strided_tensor(meta.sizes, meta.strides, meta.dtype, device));
     // Some kernels leave their result a lazy conjugate (linalg_lu_solve with left=False).
-    output.unsafeGetTensorImpl()->_set_conj(meta.is_conj());
-    output.unsafeGetTensorImpl()->_set_neg(meta.is_neg());
+    output.unsafeGetTensorImpl()->_set_conj(meta.conj);
+    output.unsafeGetTensorImpl()->_set_neg(meta.neg);
   }
-  for (size_t i = 0; i < argument_count; ++i) {
-    if (facts.written[i] && arguments[i].isTensor() && arguments[i].toTensor().defined()) {
-      const at::Tensor& original = arguments[i].toTensor();
-      take_geometry(original, metas.meta(original), device);
-    }
+  if (computed.has_value() && describable && computed->rememberable) {
+    remember_meta_result(signature, computed->result);
   }
 
   // The kernel's arguments, captured now. CPU tensors (scalars, index lists) are
