@@ -165,3 +165,24 @@ def test_threads_keep_their_own_results():
     for thread in threads:
         thread.join()
     assert not errors, errors
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.complex64, torch.float16])
+def test_abs_and_logical_and_launch(dtype):
+    import torch_vdev
+
+    a, a_v = _pair(6, 4, dtype=dtype)
+    b, b_v = _pair(6, dtype=dtype)
+    cases = [(a, a_v), (a.t(), a_v.t()), (a[:, ::2], a_v[:, ::2])]
+    torch_vdev.reset_synchronizing_op_stats()
+    results = [
+        (torch.abs(vdev), torch.abs(cpu), torch.logical_and(vdev, b_v[: vdev.shape[-1]]),
+         torch.logical_and(cpu, b[: cpu.shape[-1]]))
+        for cpu, vdev in cases
+    ]
+    results.append((torch.logical_and(a_v, torch.tensor(True)), torch.logical_and(a, torch.tensor(True))))
+    assert torch_vdev.synchronizing_op_stats() == {}
+    for launched_and_cpu in results:
+        for vdev_result, cpu_result in zip(launched_and_cpu[::2], launched_and_cpu[1::2]):
+            _same(vdev_result, cpu_result)
+

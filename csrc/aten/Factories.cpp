@@ -135,26 +135,24 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   const at::Tensor& other_side = is_vdev(dst) ? self : dst;
   const c10::DeviceIndex device = device_side.device().index();
   const char* name = copy_name(self, dst);
-  // Aliases made by one call: ATen's copy then sees whether source and destination
-  // share memory (and refuses a partial overlap, as on CPU and CUDA).
-  CpuRedispatch call(at::_ops::copy_::name);
   if (is_vdev(dst)) {
     end_copy_on_write(dst);
   }
-  at::Tensor cpu_dst = call.alias(dst);
   const bool queued = is_vdev(other_side)
       ? other_side.device() == device_side.device()
       : non_blocking && is_pinned_pointer(other_side.data_ptr());
   if (queued) {
-    // The checks ATen's copy makes, made now so that they raise at the call.
-    at::assert_no_internal_overlap(cpu_dst);
-    at::assert_no_partial_overlap(cpu_dst, call.alias(self));
+    // The checks ATen's copy makes, made now so that they raise at the call. They read
+    // geometry and storages only, which the tensors have as their aliases would.
+    at::assert_no_internal_overlap(dst);
+    at::assert_no_partial_overlap(dst, self);
     // Shapes too (a source that does not broadcast to the destination), as CUDA's
     // TensorIterator does on the host before it launches; its error message is built
     // only for a source that does not broadcast.
     if (!at::is_expandable_to(self.sizes(), dst.sizes())) {
+      CpuRedispatch call(at::_ops::copy_::name);
       at::TensorIteratorConfig()
-          .add_output(cpu_dst)
+          .add_output(call.alias(dst))
           .add_const_input(call.alias(self))
           .resize_outputs(false)
           .check_all_same_dtype(false)
@@ -178,6 +176,10 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
         });
     return dst;
   }
+  // Aliases made by one call: ATen's copy then sees whether source and destination
+  // share memory (and refuses a partial overlap, as on CPU and CUDA).
+  CpuRedispatch call(at::_ops::copy_::name);
+  at::Tensor cpu_dst = call.alias(dst);
   synchronize_for_host_op(device, name);
   if (is_vdev(other_side)) {
     synchronize_for_host_op(other_side.device().index(), name);

@@ -1,5 +1,5 @@
 // Launches for the ops models use that have no ATen C++ meta kernel (relu, where,
-// index_select, layer and batch norm, convolution, embedding backward, dropout's
+// abs, logical_and, index_select, layer and batch norm, convolution, embedding backward, dropout's
 // backward, the CPU's flash attention and its backward). vdev's own meta
 // functions size their outputs on the host and check what the CPU kernel checks, so bad
 // arguments raise at the call; an argument they are not sure of raises here too, and the
@@ -30,7 +30,9 @@
 #include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu_ops.h>
 #include <ATen/ops/embedding_dense_backward_ops.h>
 #include <ATen/ops/empty_like.h>
+#include <ATen/ops/abs_ops.h>
 #include <ATen/ops/index_select_ops.h>
+#include <ATen/ops/logical_and_ops.h>
 #include <ATen/ops/mul_meta_dispatch.h>
 #include <ATen/ops/mul_ops.h>
 #include <ATen/ops/native_dropout_backward_ops.h>
@@ -111,6 +113,41 @@ at::Tensor& where_out_meta(const at::Tensor& condition, const at::Tensor& self, 
       out.scalar_type() == result_type, "Expected out type to be ", result_type, " but got ", out.scalar_type());
   where_iterator(condition, self, other, out);
   return out;
+}
+
+// --- abs and logical_and: not structured in ATen; their out= overloads have CPU kernels.
+
+// The dtypes their CPU kernels take (abs: not bool); for others they run on the calling
+// thread, where the CPU kernel raises.
+void check_kernel_dtype(const char* op, c10::ScalarType dtype, bool takes_bool) {
+  const bool taken = (takes_bool && dtype == at::kBool) || dtype == at::kByte || dtype == at::kChar ||
+      dtype == at::kShort || dtype == at::kInt || dtype == at::kLong || dtype == at::kHalf ||
+      dtype == at::kBFloat16 || dtype == at::kFloat || dtype == at::kDouble || dtype == at::kComplexFloat ||
+      dtype == at::kComplexDouble;
+  TORCH_CHECK(taken, op, ": dtype ", dtype, " is left to the CPU kernel on the calling thread");
+}
+
+// As ATen's abs: a complex input gives a result of its real value type laid out like
+// empty_like; any other one the unary TensorIterator's result.
+at::Tensor abs_meta(const at::Tensor& self) {
+  check_kernel_dtype("abs", self.scalar_type(), /*takes_bool=*/false);
+  if (self.is_complex()) {
+    const c10::ScalarType real = c10::toRealValueType(self.scalar_type());
+    if (self.is_non_overlapping_and_dense()) {
+      return at::detail::empty_strided_meta(self.sizes(), self.strides(), real, std::nullopt, std::nullopt, std::nullopt);
+    }
+    return empty_meta(self.sizes(), real, self.suggest_memory_format());
+  }
+  at::Tensor output;
+  return at::TensorIterator::unary_op(output, self).output();
+}
+
+// As ATen's logical_and: the comparison TensorIterator's bool result.
+at::Tensor logical_and_meta(const at::Tensor& self, const at::Tensor& other) {
+  check_kernel_dtype("logical_and", self.scalar_type(), /*takes_bool=*/true);
+  check_kernel_dtype("logical_and", other.scalar_type(), /*takes_bool=*/true);
+  at::Tensor output;
+  return at::TensorIterator::comparison_op(output, self, other).output();
 }
 
 // --- index_select(self, dim, index): index_select.out has a CPU kernel.
@@ -593,6 +630,8 @@ LaunchTable make_launch_table() {
   add_launch<ops::where_self, where_meta>(table);
   add_launch<ops::where_self_out, where_out_meta>(table);
   add_launch<ops::index_select, index_select_meta>(table);
+  add_launch<ops::abs, abs_meta>(table);
+  add_launch<ops::logical_and, logical_and_meta>(table);
   add_launch<ops::embedding_dense_backward, embedding_dense_backward_meta, embedding_dense_backward_cpu>(table);
   add_launch<ops::native_layer_norm, native_layer_norm_meta, native_layer_norm_cpu>(table);
   add_launch<ops::native_layer_norm_backward, native_layer_norm_backward_meta, native_layer_norm_backward_cpu>(table);

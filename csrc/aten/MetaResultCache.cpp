@@ -34,7 +34,6 @@ size_t index_in(c10::SmallVector<const void*, 6>& seen, const void* pointer) {
 
 void LaunchSignature::add(int64_t word) {
   words_.push_back(word);
-  hash_ = (hash_ ^ static_cast<size_t>(word)) * 0x100000001b3ULL;
 }
 
 bool LaunchSignature::describe(const OperatorFacts& facts, c10::ArrayRef<c10::IValue> arguments) {
@@ -44,6 +43,9 @@ bool LaunchSignature::describe(const OperatorFacts& facts, c10::ArrayRef<c10::IV
     if (!describe_value(value)) {
       return false;
     }
+  }
+  for (int64_t word : words_) {
+    hash_ = (hash_ ^ static_cast<size_t>(word)) * 0x100000001b3ULL;
   }
   return true;
 }
@@ -62,10 +64,8 @@ void LaunchSignature::describe_tensor(const at::Tensor& tensor) {
   const c10::IntArrayRef sizes = impl->sizes();
   const c10::IntArrayRef strides = impl->strides();
   add(static_cast<int64_t>(sizes.size()));
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    add(sizes[i]);
-    add(strides[i]);
-  }
+  words_.append(sizes.begin(), sizes.end());
+  words_.append(strides.begin(), strides.end());
 }
 
 bool LaunchSignature::describe_value(const c10::IValue& value) {

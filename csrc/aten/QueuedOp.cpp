@@ -523,8 +523,7 @@ bool launch_op(const c10::OperatorHandle& op, const OperatorFacts& facts, torch:
       outputs.push_back(kernel_arguments[i].toTensor());
     }
   }
-  std::vector<OutputShape> shapes;
-  shapes.reserve(outputs.size());
+  c10::SmallVector<OutputShape, 2> shapes;
   for (const at::Tensor& output : outputs) {
     shapes.push_back(OutputShape::of(output));
   }
