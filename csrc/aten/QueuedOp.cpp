@@ -483,11 +483,12 @@ bool launch_op(const c10::OperatorHandle& op, const OperatorFacts& facts, torch:
     if (is_vdev(tensor)) {
       return aliases.alias(tensor);
     }
-    at::Tensor copy = tensor.clone();
+    // A Python number passed as a tensor is made for this call alone and never
+    // written, so the kernel may hold it as it is.
     if (tensor.unsafeGetTensorImpl()->is_wrapped_number()) {
-      copy.unsafeGetTensorImpl()->set_wrapped_number(true);
+      return tensor;
     }
-    return copy;
+    return tensor.clone();
   };
   std::vector<c10::IValue> kernel_arguments;
   kernel_arguments.reserve(argument_count + fresh.size());
