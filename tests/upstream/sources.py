@@ -47,6 +47,8 @@ SOURCES = {
     "test_modules.py": Source("maggiemoss/pytorch", "4b78f85938a63c12719f266324b57ffe9f3b7581", 58052),
     "test_autograd.py": Source("maggiemoss/pytorch", "eb4247c60570b3bd9f6404efae673f748ea0a5ea", 54364,
                                excerpt=((0, 13191), (423070, 464096), (564705, 564852))),
+    "test_nn.py": Source("maggiemoss/pytorch", "4b78f85938a63c12719f266324b57ffe9f3b7581", 25021,
+                         excerpt=((0, 3556), (414770, 414806), (693517, 714871), (718764, 718839))),
     "test_optim.py": Source("maggiemoss/pytorch", "eb4247c60570b3bd9f6404efae673f748ea0a5ea", 101878),
 }
 
@@ -54,6 +56,15 @@ SHIMS = {
     "test_binary_ufuncs.py": [
         Shim("import torch.testing._internal.common_methods_invocations as m; m.binary_ufuncs_and_refs = m.binary_ufuncs",
              "PyTorch 2.13 folded binary_ufuncs_and_refs into binary_ufuncs (which now holds the _refs too); the copy imports the old name"),
+    ],
+    "test_nn.py": [
+        Shim("import importlib.util, sys, torch.testing._internal.common_utils; "
+             "importlib.util.find_spec('hypothesis') or sys.modules.update({name: importlib.util.module_from_spec("
+             "importlib.util.spec_from_loader(name, loader=None)) for name in "
+             "('hypothesis', 'torch.testing._internal.hypothesis_utils')}); "
+             "sys.modules['hypothesis'].__dict__.setdefault('given', lambda *a, **k: lambda test: test)",
+             "the file imports hypothesis (not installed here) for TestNN's property tests, which "
+             "TestNNDeviceType does not use (common_utils is imported first: it runs without hypothesis)"),
     ],
     "test_optim.py": [
         Shim("import sys, types; sys.modules.update((name, types.ModuleType(name)) for name in "
