@@ -47,8 +47,8 @@ SOURCES = {
     "test_modules.py": Source("maggiemoss/pytorch", "4b78f85938a63c12719f266324b57ffe9f3b7581", 58052),
     "test_autograd.py": Source("maggiemoss/pytorch", "eb4247c60570b3bd9f6404efae673f748ea0a5ea", 54364,
                                excerpt=((0, 13191), (423070, 464096), (564705, 564852))),
-    "test_nn.py": Source("maggiemoss/pytorch", "4b78f85938a63c12719f266324b57ffe9f3b7581", 25021,
-                         excerpt=((0, 3556), (414770, 414806), (693517, 714871), (718764, 718839))),
+    "test_nn.py": Source("maggiemoss/pytorch", "4b78f85938a63c12719f266324b57ffe9f3b7581", 309699,
+                         excerpt=((0, 3556), (408803, 714871), (718764, 718839))),
     "test_optim.py": Source("maggiemoss/pytorch", "eb4247c60570b3bd9f6404efae673f748ea0a5ea", 101878),
 }
 
