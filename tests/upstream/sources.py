@@ -92,7 +92,8 @@ def source_problems(test_dir, file_names):
         if source is None:
             continue
         if not os.path.isfile(path):
-            problems[file_name] = f"missing (fetch test/{file_name} from {source.repo} at {source.commit})"
+            ranges = f", characters {list(source.excerpt)} joined" if source.excerpt else ""
+            problems[file_name] = f"missing (fetch test/{file_name} from {source.repo} at {source.commit}{ranges})"
             continue
         with open(path, encoding="utf-8") as copy:
             chars = len(copy.read())
