@@ -524,7 +524,8 @@ bool launch_op(const c10::OperatorHandle& op, const OperatorFacts& facts, torch:
       outputs.push_back(kernel_arguments[i].toTensor());
     }
   }
-  c10::SmallVector<OutputShape, 2> shapes;
+  std::vector<OutputShape> shapes;
+  shapes.reserve(outputs.size());
   for (const at::Tensor& output : outputs) {
     shapes.push_back(OutputShape::of(output));
   }
