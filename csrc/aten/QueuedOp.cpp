@@ -232,7 +232,22 @@ struct OutputShape {
     return data == other.data && sizes == other.sizes && strides == other.strides && offset == other.offset &&
         conj == other.conj && neg == other.neg;
   }
+
+  // Whether `other` is this output with only its strides changed, in the same memory.
+  bool restrided_from(const OutputShape& other) const {
+    return data == other.data && sizes == other.sizes && offset == other.offset && conj == other.conj &&
+        neg == other.neg;
+  }
 };
+
+// Some CPU kernels restride their output to the input's memory format (replication and
+// reflection padding make it channels-last) where CUDA's kernels and the meta kernel keep
+// it contiguous: the values the kernel wrote move into the layout the host gave `output`.
+void restore_layout(at::Tensor& output, const OutputShape& intended) {
+  const at::Tensor written = output.clone(at::MemoryFormat::Preserve);
+  output.unsafeGetTensorImpl()->set_sizes_and_strides(intended.sizes, intended.strides, intended.offset);
+  output.copy_(written);
+}
 
 } // namespace
 
@@ -480,9 +495,14 @@ bool launch_op(const c10::OperatorHandle& op, const OperatorFacts& facts, torch:
           cpu_op.redispatchBoxed(kCpu, &kernel_stack);
         }
         for (size_t i = 0; i < outputs.size(); ++i) {
+          const OutputShape written = OutputShape::of(outputs[i]);
+          if (written == shapes[i]) {
+            continue;
+          }
           TORCH_CHECK(
-              OutputShape::of(outputs[i]) == shapes[i], "the CPU kernel changed the shape, memory or math bits ",
+              written.restrided_from(shapes[i]), "the CPU kernel changed the shape, memory or math bits ",
               "of an output its meta kernel sized (", kBackendName, " cannot launch this op)");
+          restore_layout(outputs[i], shapes[i]);
         }
       });
 

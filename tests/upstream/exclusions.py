@@ -33,6 +33,10 @@ TEST_EXCLUSIONS = {
     },
     "TestModule": {
         "test_multiple_device_transfer": "@onlyCUDA: moves the module with .cuda() and torch.cuda.device",
+        "test_memory_format_nn_GroupNorm_*": "expects a channels-last input gradient, which PyTorch's own native_group_norm backward formula (derivatives.yaml) makes contiguous on every device but CPU and XPU, CUDA's too; module_db skips it on cuda",
+        "test_memory_format_nn_ReplicationPad2d_*": "expects CPU's channels-last output; CUDA's kernel (and the meta kernel) returns it contiguous, as vdev does; module_db skips it on cuda",
+        "test_memory_format_nn_ReplicationPad3d_*": "expects CPU's channels-last output; CUDA's kernel (and the meta kernel) returns it contiguous, as vdev does; module_db skips it on cuda",
+        "test_memory_format_nn_ReflectionPad3d_*": "expects CPU's channels-last output; CUDA's kernel (and the meta kernel) returns it contiguous, as vdev does; module_db skips it on cuda",
         "test_to_*_swap_False_*": "expects Module.to('cpu') to keep each Parameter (.data set), which PyTorch does only between the dense backends TensorImpl::has_compatible_shallow_copy_type lists (CPU, CUDA, MPS, HIP, XPU, HPU, MTIA), never PrivateUse1; the test moves to the device only under cuda/xpu",
     },
     "TestTorchDeviceType": {
