@@ -41,6 +41,7 @@ SOURCES = {
     "test_reductions.py": Source("pytorch/pytorch", "20d26decd96326b8777d0bd8b591e593a2e7b758", 173074),
     "test_modules.py": Source("maggiemoss/pytorch", "4b78f85938a63c12719f266324b57ffe9f3b7581", 58052),
     "test_optim.py": Source("maggiemoss/pytorch", "eb4247c60570b3bd9f6404efae673f748ea0a5ea", 101878),
+    "test_serialization.py": Source("maggiemoss/pytorch", "4b78f85938a63c12719f266324b57ffe9f3b7581", 304732),
 }
 
 SHIMS = {
