@@ -57,6 +57,11 @@ SHIMS = {
              "('test_swa_utils', 'TestSWAUtils'))]",
              "the file re-exports three device-independent test classes from test/optim/, whose files "
              "are not fetched: TestOptimRenewed, its device-generic class, is what is measured"),
+        Shim("import torch.testing._internal.common_optimizers as o; [setattr(info, 'supports_fused_on', "
+             "(*info.supports_fused_on, 'vdev')) for info in o.optim_db if 'cpu' in info.supports_fused_on]",
+             "OptimInfo.supports_fused_on names the device types PyTorch's CI runs fused kernels on, and the fused "
+             "tests skip themselves elsewhere; vdev runs the CPU fused kernels, so the optimizers that have them "
+             "are tested on vdev too instead of skipped"),
     ],
     "test_sort_and_select.py": [
         Shim("import numpy; numpy.msort = lambda a: numpy.sort(a, axis=0)",
