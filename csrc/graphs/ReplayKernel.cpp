@@ -61,6 +61,19 @@ class WithOutput final : public Native {
     return output_;
   }
 
+  // Whether the iterator's inputs are the op's own: on CPU it casts an input of another
+  // dtype to the common one when it is built, a copy later replays would not update;
+  // a Python number's (the kernel's own CPU tensor) never changes.
+  bool reads_its_inputs() const {
+    for (int i = this->noutputs(); i < this->ntensors(); ++i) {
+      const at::TensorBase& original = this->operands_[i].original_tensor_base();
+      if (original.defined() && !original.unsafeGetTensorImpl()->is_wrapped_number()) {
+        return false;
+      }
+    }
+    return true;
+  }
+
   // Whether the op's CPU loop may change the iterator: ATen's CPU loops drop a scalar
   // operand (reduced floating types) and, having written an output through a
   // temporary of the common dtype, copy it out and put the original output back.
@@ -114,6 +127,7 @@ class PreparedStructured<Native, void (Class::*)(Args...)> final : public Prepar
   PreparedStructured(const std::vector<c10::IValue>& stack, const at::Tensor& output)
       : arguments_(held(stack, std::index_sequence_for<Args...>())), op_(output) {
     std::apply([this](const auto&... argument) { op_.meta(argument...); }, arguments_);
+    TORCH_CHECK(op_.reads_its_inputs(), "an input is cast when the iterator is built");
     copied_per_run_ = op_.changed_by_loop();
   }
 
