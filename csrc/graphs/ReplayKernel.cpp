@@ -194,21 +194,14 @@ const std::unordered_map<c10::OperatorName, Prepare>& prepared_ops() {
     add("silu", "", &PreparedStructured<at::native::structured_silu_out>::make);
     add("gelu", "", &PreparedStructured<at::native::structured_gelu_out_cpu>::make);
     // Backward ops have out= overloads only ("grad_input").
-    ops->emplace(
-        c10::OperatorName("aten::threshold_backward", "grad_input"),
-        &PreparedStructured<at::native::structured_threshold_backward_out>::make);
-    ops->emplace(
-        c10::OperatorName("aten::silu_backward", "grad_input"),
-        &PreparedStructured<at::native::structured_silu_backward_out>::make);
-    ops->emplace(
-        c10::OperatorName("aten::gelu_backward", "grad_input"),
-        &PreparedStructured<at::native::structured_gelu_backward_out_cpu>::make);
-    ops->emplace(
-        c10::OperatorName("aten::sigmoid_backward", "grad_input"),
-        &PreparedStructured<at::native::structured_sigmoid_backward_out>::make);
-    ops->emplace(
-        c10::OperatorName("aten::tanh_backward", "grad_input"),
-        &PreparedStructured<at::native::structured_tanh_backward_out>::make);
+    auto add_backward = [ops](const char* name, Prepare prepare) {
+      ops->emplace(c10::OperatorName(std::string("aten::") + name, "grad_input"), prepare);
+    };
+    add_backward("threshold_backward", &PreparedStructured<at::native::structured_threshold_backward_out>::make);
+    add_backward("silu_backward", &PreparedStructured<at::native::structured_silu_backward_out>::make);
+    add_backward("gelu_backward", &PreparedStructured<at::native::structured_gelu_backward_out_cpu>::make);
+    add_backward("sigmoid_backward", &PreparedStructured<at::native::structured_sigmoid_backward_out>::make);
+    add_backward("tanh_backward", &PreparedStructured<at::native::structured_tanh_backward_out>::make);
     return ops;
   }();
   return *ops;
