@@ -9,7 +9,9 @@
 #include <ATen/core/ivalue.h>
 #include <c10/util/Exception.h>
 
+#include <cstdlib>
 #include <mutex>
+#include <string_view>
 #include <tuple>
 
 namespace vdev {
@@ -268,6 +270,10 @@ std::function<void()> scaling(
 CollectiveBackend::CollectiveBackend(c10::intrusive_ptr<c10d::Backend> transport)
     : c10d::Backend(transport->getRank(), transport->getSize()),
       transport_(std::move(transport)) {
+  const char* shared_memory = std::getenv("VDEV_VCCL_SHARED_MEMORY");
+  if (size_ > 1 && (shared_memory == nullptr || std::string_view(shared_memory) != "0")) {
+    board_ = SharedBoard::connect(*transport_);
+  }
   init();
 }
 
@@ -297,10 +303,16 @@ uint64_t CollectiveBackend::getSequenceNumberForGroup() {
 }
 
 void CollectiveBackend::abort() {
+  if (board_) {
+    board_->leave();
+  }
   transport_->abort();
 }
 
 void CollectiveBackend::shutdown() {
+  if (board_) {
+    board_->leave();
+  }
   transport_->shutdown();
 }
 
@@ -344,12 +356,12 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::run(
     std::function<void()> on_completion) {
   std::optional<CallAgreement> agreement;
   if (size_ > 1 && !call.point_to_point) {
-    agreement.emplace(*transport_, call);
+    agreement.emplace(*transport_, board_.get(), call);
   }
   c10::intrusive_ptr<c10d::Work> transport_work;
   run_in_stream_order(device, [&] {
     if (agreement) {
-      agreement->verify();
+      agreement->verify(transport_->getBackendOptions()->timeout);
     }
     transport_work = launch();
   });

@@ -96,6 +96,9 @@ class VDEV_API CollectiveBackend final : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> on_gloo(Method method, const Args&... args);
 
   c10::intrusive_ptr<c10d::Backend> transport_;
+  // Where the ranks compare their calls when they are all on this host (else nullptr:
+  // over gloo).
+  std::unique_ptr<SharedBoard> board_;
 };
 
 } // namespace vdev

@@ -13,7 +13,9 @@ void bind_distributed(pybind11::module& module) {
       [](c10::intrusive_ptr<c10d::Backend> transport) -> c10::intrusive_ptr<c10d::Backend> {
         return c10::make_intrusive<CollectiveBackend>(std::move(transport));
       },
-      pybind11::arg("transport"));
+      pybind11::arg("transport"),
+      // Setting up the group's shared-memory board waits for gloo's threads.
+      pybind11::call_guard<pybind11::gil_scoped_release>());
 }
 
 } // namespace vdev
