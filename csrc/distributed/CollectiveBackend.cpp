@@ -102,9 +102,8 @@ class CollectiveWork final : public c10d::Work {
           future->markCompleted(c10::IValue(results));
         }
       };
-      if (c10d::isP2POp(retrieveOpType())) {
-        // gloo's send and recv works have no future: a thread of the inter-op pool
-        // waits for them.
+      c10::intrusive_ptr<c10::ivalue::Future> transport_future = transport_future_if_any();
+      if (!transport_future) {
         at::launch([transport_work = transport_work_, complete] {
           try {
             transport_work->wait();
@@ -116,10 +115,9 @@ class CollectiveWork final : public c10d::Work {
         });
         return;
       }
-      transport_work_->getFuture()->addCallback(
-          [complete](c10::ivalue::Future& transport_future) {
-            complete(transport_future.hasError() ? transport_future.exception_ptr() : nullptr);
-          });
+      transport_future->addCallback([complete](c10::ivalue::Future& transport_future) {
+        complete(transport_future.hasError() ? transport_future.exception_ptr() : nullptr);
+      });
     });
     return future_;
   }
@@ -139,6 +137,17 @@ class CollectiveWork final : public c10d::Work {
     std::function<void()> fn;
     std::once_flag once;
   };
+
+  // gloo's future of the work, or nullptr for the works gloo makes without one (send,
+  // recv, reduce_scatter), whose getFuture() throws: a thread of the inter-op pool then
+  // waits for them.
+  c10::intrusive_ptr<c10::ivalue::Future> transport_future_if_any() {
+    try {
+      return transport_work_->getFuture();
+    } catch (const c10::Error&) {
+      return nullptr;
+    }
+  }
 
   void make_stream_wait(std::chrono::milliseconds timeout) {
     // The queued wait holds what it needs, not this work: a work need not outlive it.

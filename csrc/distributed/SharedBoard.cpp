@@ -19,7 +19,6 @@
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <poll.h>
-#include <sched.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -264,8 +263,9 @@ void SharedBoard::wait_for(
   Slot& slot = segment_->slot(rank);
   Entry& entry = slot.entries[exchange & 1];
   const auto posted = static_cast<uint32_t>(exchange);
-  // The peer is usually about to post (it is making the same call): spin a little,
-  // then give the core away (two ranks may share one), then sleep.
+  // The peer is usually about to post (it is making the same call): spin a moment,
+  // then sleep. Not sched_yield: on a loaded machine a yield gives the core away for a
+  // whole time slice.
   for (int spin = 0; spin < 200; ++spin) {
     if (entry.exchange.load(std::memory_order_acquire) == posted) {
       return;
@@ -273,12 +273,6 @@ void SharedBoard::wait_for(
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
 #endif
-  }
-  for (int yield = 0; yield < 20; ++yield) {
-    if (entry.exchange.load(std::memory_order_acquire) == posted) {
-      return;
-    }
-    sched_yield();
   }
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   constexpr std::chrono::milliseconds kSlice{100};
