@@ -11,10 +11,9 @@
 #include <array>
 #include <atomic>
 #include <climits>
-#include <cstring>
+#include <cstdio>
 #include <fstream>
 #include <random>
-#include <thread>
 
 #include <fcntl.h>
 #include <linux/futex.h>

@@ -17,9 +17,11 @@ namespace vdev {
 // all_gather over gloo for CallAgreement's fingerprints (about 250 µs per call on a
 // loaded machine, a few µs here).
 //
-// A rank is at most one exchange ahead of any other (it cannot finish exchange k+1
-// before every rank posted k+1, which each does only after reading exchange k), so two
-// entries per rank, by the parity of k, hold every record still to be read.
+// A rank makes its exchanges one at a time (as a group's collectives are called, in
+// one order on every rank), and is at most one exchange ahead of any other (it cannot
+// finish exchange k+1 before every rank posted k+1, which each does only after reading
+// exchange k), so two entries per rank, by the parity of k, hold every record still to
+// be read.
 //
 // Waiting never hangs: it fails with the group's timeout, at once when a peer leaves
 // the group (shutdown) and within a slice (100 ms) when a peer's process exits.
