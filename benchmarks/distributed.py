@@ -19,7 +19,8 @@ their spread.
 `--call-check` measures what comparing the ranks' calls costs (CallAgreement.h): in
 one pair of processes, all_reduce on vdev tensors in a group that compares calls on
 the shared-memory board, in a group that compares them over gloo (as between hosts,
-VDEV_VCCL_SHARED_MEMORY=0), and on CPU tensors with gloo, interleaved.
+VDEV_VCCL_SHARED_MEMORY=0), and on CPU tensors with gloo, interleaved; wall and
+process CPU time (all threads) per call, rank 0.
 
 `--instructions` separates what vccl adds from noise: it counts the instructions of
 one all_reduce call (Python, c10d's dispatch, the backend, gloo's work and its
@@ -149,11 +150,14 @@ def call_check_worker(rank, world_size, port, rounds, results):
         times = {side: [] for side in sides}
         for round_ in range(rounds):
             for side in (list(sides) if round_ % 2 == 0 else list(reversed(sides))):
-                times[side].append(time_batch(calls[side], number, sides[side][0].device)[0])
+                times[side].append(time_batch(calls[side], number, sides[side][0].device))
         if rank == 0:
             for side in sides:
-                ratio = quartiles([t / c for t, c in zip(times[side], times["CPU (gloo)"])])
-                results.put((f"all_reduce {label}", side, statistics.median(times[side]), ratio))
+                def ratios(index):
+                    return quartiles([t[index] / c[index] for t, c in zip(times[side], times["CPU (gloo)"])])
+
+                results.put((f"all_reduce {label}", side, statistics.median(t[0] for t in times[side]),
+                             statistics.median(t[1] for t in times[side]), ratios(0), ratios(1)))
     dist.destroy_process_group()
 
 
@@ -163,10 +167,12 @@ def print_call_check(rounds, port):
     load_before = os.getloadavg()[0]
     mp.start_processes(call_check_worker, args=(2, port, rounds, results), nprocs=2, start_method="spawn")
     print(f"\n{rounds} rounds; load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after\n")
-    print("| case | side | time per call | / CPU (IQR) |\n|---|---|---|---|")
+    print("| case | side | wall time per call | / CPU (IQR) | CPU time per call | / CPU (IQR) |\n"
+          "|---|---|---|---|---|---|")
     for _ in range(2 * 3):  # two sizes, three sides
-        case, side, time_, (ratio, low, high) = results.get()
-        print(f"| {case} | {side} | {time_ * 1e6:.1f} µs | {ratio:.3f}× ({low:.2f}-{high:.2f}) |")
+        case, side, wall, cpu, (ratio, low, high), (cpu_ratio, cpu_low, cpu_high) = results.get()
+        print(f"| {case} | {side} | {wall * 1e6:.1f} µs | {ratio:.3f}× ({low:.2f}-{high:.2f}) "
+              f"| {cpu * 1e6:.1f} µs | {cpu_ratio:.3f}× ({cpu_low:.2f}-{cpu_high:.2f}) |")
 
 
 def print_table(rounds, port):
