@@ -105,12 +105,18 @@ def quartiles(values):
     return median, low, high
 
 
-def worker(rank, world_size, port, rounds, results):
+def join_group(rank, world_size, port):
+    """This process's device, in the benchmark's "cpu:gloo,vdev:vccl" group."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     device = torch.device(torch_vdev.BACKEND_NAME, rank)
     torch.vdev.set_device(device)
     dist.init_process_group(GROUP_BACKEND, rank=rank, world_size=world_size, device_id=device)
     torch.set_num_threads(1)
+    return device
+
+
+def worker(rank, world_size, port, rounds, results):
+    device = join_group(rank, world_size, port)
     for name, make, number in CASES:
         devices = {"cpu": torch.device("cpu"), "vdev": device}
         calls = {side: make(devices[side]) for side in devices}
@@ -130,11 +136,7 @@ def worker(rank, world_size, port, rounds, results):
 
 
 def call_check_worker(rank, world_size, port, rounds, results):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    device = torch.device(torch_vdev.BACKEND_NAME, rank)
-    torch.vdev.set_device(device)
-    dist.init_process_group(GROUP_BACKEND, rank=rank, world_size=world_size, device_id=device)
-    torch.set_num_threads(1)
+    device = join_group(rank, world_size, port)
     on_board = dist.new_group(list(range(world_size)))
     os.environ["VDEV_VCCL_SHARED_MEMORY"] = "0"  # read when a group is created
     over_gloo = dist.new_group(list(range(world_size)))
