@@ -3,6 +3,7 @@
 #include "aten/CpuRedispatch.h"
 #include "aten/MetaKernels.h"
 #include "aten/Tensor.h"
+#include "graphs/ReplayKernel.h"
 #include "profiler/DeviceActivity.h"
 #include "runtime/Allocator.h"
 #include "runtime/Device.h"
@@ -484,8 +485,12 @@ bool launch_op(const c10::OperatorHandle& op, const OperatorFacts& facts, torch:
   launch(
       current_stream(device), name,
       [cpu_op = *plan.cpu_op, cpu_kernel = plan.cpu_kernel, kernel_arguments = std::move(kernel_arguments),
-       outputs = std::move(outputs), shapes = std::move(shapes), name, device](bool only_run) mutable {
+       outputs = std::move(outputs), shapes = std::move(shapes), name, device,
+       replay = ReplayKernel()](bool only_run) mutable {
         profiler::ActivityScope activity(profiler::ActivityKind::kKernel, name, device);
+        if (!only_run && cpu_kernel == nullptr && replay.run(cpu_op, kernel_arguments)) {
+          return;
+        }
         // A graph's recorded kernel runs again at each replay: it redispatches a copy.
         torch::jit::Stack kernel_stack = only_run ? std::move(kernel_arguments) : kernel_arguments;
         constexpr c10::DispatchKeySet kCpu(c10::DispatchKey::CPU);
