@@ -3,6 +3,7 @@
     python benchmarks/distributed.py                 # the table (about 2 minutes)
     python benchmarks/distributed.py --quick         # fewer rounds (about 40 s)
     python benchmarks/distributed.py --instructions  # + instruction counts (callgrind; +13 min at load 11)
+    python benchmarks/distributed.py --call-check    # only the cost of comparing the ranks' calls
 
 Both processes join one "cpu:gloo,vdev:vccl" group, so each case runs the same
 collective on CPU tensors (gloo) and on vdev tensors (vccl, gloo over aliases of
@@ -14,6 +15,12 @@ and of process CPU time (all threads, gloo's included; rank 0); the load average
 printed with it. Interleaving makes both sides see the same load, but on a machine
 shared with other jobs single rounds still swing by 10-50%: read the medians with
 their spread.
+
+`--call-check` measures what comparing the ranks' calls costs (CallAgreement.h): in
+one pair of processes, all_reduce on vdev tensors in a group that compares calls on
+the shared-memory board, in a group that compares them over gloo (as between hosts,
+VDEV_VCCL_SHARED_MEMORY=0), and on CPU tensors with gloo, interleaved; wall and
+process CPU time (all threads) per call, rank 0.
 
 `--instructions` separates what vccl adds from noise: it counts the instructions of
 one all_reduce call (Python, c10d's dispatch, the backend, gloo's work and its
@@ -98,12 +105,18 @@ def quartiles(values):
     return median, low, high
 
 
-def worker(rank, world_size, port, rounds, results):
+def join_group(rank, world_size, port):
+    """This process's device, in the benchmark's "cpu:gloo,vdev:vccl" group."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     device = torch.device(torch_vdev.BACKEND_NAME, rank)
     torch.vdev.set_device(device)
     dist.init_process_group(GROUP_BACKEND, rank=rank, world_size=world_size, device_id=device)
     torch.set_num_threads(1)
+    return device
+
+
+def worker(rank, world_size, port, rounds, results):
+    device = join_group(rank, world_size, port)
     for name, make, number in CASES:
         devices = {"cpu": torch.device("cpu"), "vdev": device}
         calls = {side: make(devices[side]) for side in devices}
@@ -120,6 +133,48 @@ def worker(rank, world_size, port, rounds, results):
             results.put((name, statistics.median(t[0] for t in times["vdev"]),
                          statistics.median(t[0] for t in times["cpu"]), ratios(0), ratios(1)))
     dist.destroy_process_group()
+
+
+def call_check_worker(rank, world_size, port, rounds, results):
+    device = join_group(rank, world_size, port)
+    on_board = dist.new_group(list(range(world_size)))
+    os.environ["VDEV_VCCL_SHARED_MEMORY"] = "0"  # read when a group is created
+    over_gloo = dist.new_group(list(range(world_size)))
+    for nbytes, label, number in [(KB, "1 KB", 200), (MB, "1 MB", 20)]:
+        sides = {
+            "CPU (gloo)": (torch.ones(nbytes // 4), on_board),
+            "vdev, calls compared in shared memory": (torch.ones(nbytes // 4, device=device), on_board),
+            "vdev, calls compared over gloo": (torch.ones(nbytes // 4, device=device), over_gloo),
+        }
+        calls = {side: (lambda t=tensor, g=group: dist.all_reduce(t, group=g)) for side, (tensor, group) in sides.items()}
+        for side, (tensor, _) in sides.items():  # warm up
+            time_batch(calls[side], number // 4, tensor.device)
+        times = {side: [] for side in sides}
+        for round_ in range(rounds):
+            for side in (list(sides) if round_ % 2 == 0 else list(reversed(sides))):
+                times[side].append(time_batch(calls[side], number, sides[side][0].device))
+        if rank == 0:
+            for side in sides:
+                def ratios(index):
+                    return quartiles([t[index] / c[index] for t, c in zip(times[side], times["CPU (gloo)"])])
+
+                results.put((f"all_reduce {label}", side, statistics.median(t[0] for t in times[side]),
+                             statistics.median(t[1] for t in times[side]), ratios(0), ratios(1)))
+    dist.destroy_process_group()
+
+
+def print_call_check(rounds, port):
+    context = mp.get_context("spawn")
+    results = context.Queue()
+    load_before = os.getloadavg()[0]
+    mp.start_processes(call_check_worker, args=(2, port, rounds, results), nprocs=2, start_method="spawn")
+    print(f"\n{rounds} rounds; load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after\n")
+    print("| case | side | wall time per call | / CPU (IQR) | CPU time per call | / CPU (IQR) |\n"
+          "|---|---|---|---|---|---|")
+    for _ in range(2 * 3):  # two sizes, three sides
+        case, side, wall, cpu, (ratio, low, high), (cpu_ratio, cpu_low, cpu_high) = results.get()
+        print(f"| {case} | {side} | {wall * 1e6:.1f} µs | {ratio:.3f}× ({low:.2f}-{high:.2f}) "
+              f"| {cpu * 1e6:.1f} µs | {cpu_ratio:.3f}× ({cpu_low:.2f}-{cpu_high:.2f}) |")
 
 
 def print_table(rounds, port):
@@ -179,8 +234,13 @@ def main():
     parser.add_argument("--quick", action="store_true", help="15 rounds instead of 61")
     parser.add_argument("--instructions", action="store_true",
                         help="also count instructions per all_reduce with callgrind")
+    parser.add_argument("--call-check", action="store_true",
+                        help="only the cost of comparing the ranks' calls, in shared memory and over gloo")
     parser.add_argument("--port", type=int, default=29651)
     args = parser.parse_args()
+    if args.call_check:
+        print_call_check(15 if args.quick else 61, args.port)
+        return
     missed = print_table(15 if args.quick else 61, args.port)
     if args.instructions:
         print_instructions()

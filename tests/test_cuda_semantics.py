@@ -132,6 +132,59 @@ def test_a_host_out_tensor_of_a_tensor_iterator_op_gets_cudas_error():
     assert torch.equal(out, torch.zeros(5))
 
 
+@pytest.mark.parametrize("op, padding, shape, memory_format", [
+    ("replication_pad2d", (1, 2, 0, 3), (2, 3, 4, 5), torch.channels_last),
+    ("replication_pad3d", (1, 2, 0, 1, 2, 1), (2, 3, 4, 5, 3), torch.channels_last_3d),
+    ("reflection_pad3d", (1, 2, 0, 1, 2, 1), (2, 3, 4, 5, 3), torch.channels_last_3d),
+])
+def test_padding_a_channels_last_input_gives_cpus_values_in_cudas_contiguous_layout(op, padding, shape, memory_format):
+    # CPU's kernel restrides its output (an out= argument too) channels-last; CUDA's and
+    # the meta kernel keep it contiguous. The CPU kernel's values must land in that layout.
+    pad = getattr(torch.ops.aten, op)
+    source = torch.randn(shape, dtype=torch.float64).to(memory_format=memory_format).requires_grad_()
+    expected = pad(source, padding)
+    grad_output = torch.randn_like(expected)
+    expected.backward(grad_output)
+
+    on_device = source.detach().to(DEVICE).requires_grad_()
+    result = pad(on_device, padding)
+    assert result.is_contiguous()
+    assert_close(result.cpu(), expected)
+    result.backward(grad_output.to(DEVICE))
+    assert_close(on_device.grad.cpu(), source.grad)
+
+    out = torch.empty(expected.shape, dtype=torch.float64, device=DEVICE)
+    pad.out(on_device.detach(), padding, out=out)
+    assert out.is_contiguous()
+    assert_close(out.cpu(), expected.detach())
+
+
+@pytest.mark.parametrize("dtype, weight_dtype, message", [
+    (torch.float32, torch.float16, "expected scalar type Float but found Half"),
+    (torch.float16, torch.float32, "expected scalar type Half but found Float"),
+])
+@pytest.mark.parametrize("batch", [0, 3])
+def test_nll_loss_refuses_class_weights_of_another_dtype_at_the_call_as_cuda_does(dtype, weight_dtype, message, batch):
+    log_probs = torch.randn(batch, 4, dtype=dtype, device=DEVICE)
+    target = torch.zeros(batch, dtype=torch.long, device=DEVICE)
+    weight = torch.ones(4, dtype=weight_dtype, device=DEVICE)
+    # Raised by the call itself, not on the stream at the next synchronization.
+    with pytest.raises(RuntimeError, match=message):
+        torch.nn.functional.nll_loss(log_probs, target, weight=weight)
+    torch.vdev.synchronize()
+    # Matching weights still give CPU's loss and gradient.
+    cpu_log_probs = torch.randn(3, 4, requires_grad=True)
+    cpu_target = torch.tensor([0, 3, 1])
+    cpu_weight = torch.rand(4)
+    expected = torch.nn.functional.nll_loss(cpu_log_probs, cpu_target, weight=cpu_weight)
+    expected.backward()
+    on_device = cpu_log_probs.detach().to(DEVICE).requires_grad_()
+    loss = torch.nn.functional.nll_loss(on_device, cpu_target.to(DEVICE), weight=cpu_weight.to(DEVICE))
+    loss.backward()
+    assert_close(loss.cpu(), expected)
+    assert_close(on_device.grad.cpu(), cpu_log_probs.grad)
+
+
 @pytest.mark.parametrize("mode, size", [
     ("nearest", (6,)), ("nearest-exact", (6,)), ("linear", (6,)),
     ("nearest", (6, 6)), ("nearest-exact", (6, 6)), ("bilinear", (6, 6)), ("bicubic", (6, 6)),

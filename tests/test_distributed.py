@@ -312,6 +312,40 @@ class CollectiveTests:
         (value,) = dist.all_reduce(average, op=dist.ReduceOp.AVG, async_op=True).get_future().wait()
         torch.testing.assert_close(value.cpu(), expected / self.world_size)
 
+    def test_future_of_every_collective(self):
+        """get_future() of each asynchronous collective gives what the synchronous
+        collective on CPU tensors with gloo gives (gloo's own reduce_scatter works have
+        no future; vccl's have, as NCCL's)."""
+        n = self.world_size
+        cases = [
+            lambda d, async_op: (lambda out: (dist.reduce_scatter_tensor(
+                out, rank_data(self.rank, (2 * n,), torch.float32, d), async_op=async_op), out))(
+                torch.zeros(2, device=d)),
+            lambda d, async_op: (lambda out: (dist.reduce_scatter(
+                out, [rank_data(self.rank, (3,), torch.float32, d, r) for r in range(n)], async_op=async_op), out))(
+                torch.zeros(3, device=d)),
+            lambda d, async_op: (lambda out: (dist.all_gather_into_tensor(
+                out, rank_data(self.rank, (2,), torch.int32, d), async_op=async_op), out))(
+                torch.zeros(2 * n, dtype=torch.int32, device=d)),
+            lambda d, async_op: (lambda out: (dist.broadcast(out, src=n - 1, async_op=async_op), out))(
+                rank_data(self.rank, (4,), torch.float64, d)),
+            lambda d, async_op: (lambda out: (dist.all_to_all_single(
+                out, rank_data(self.rank, (n,), torch.float32, d), async_op=async_op), out))(
+                torch.zeros(n, device=d)),
+        ]
+        for case in cases:
+            _, expected = case(torch.device("cpu"), False)
+            work, output = case(self.device, True)
+            (value,) = work.get_future().wait()
+            self.assertEqual(value.data_ptr(), output.data_ptr())
+            torch.testing.assert_close(value.cpu(), expected, rtol=0, atol=0)
+
+    def test_calls_compared_in_shared_memory(self):
+        # The ranks are processes of one host: their calls meet on a shared-memory
+        # board, not in a gloo all_gather (TestFallbacks covers that one).
+        backend = dist.group.WORLD._get_backend(self.device)
+        self.assertTrue(torch_vdev._C.compares_calls_in_shared_memory(backend))
+
     def test_stream_order(self):
         # Work queued on a side stream before the collective is what it reduces; work
         # queued after wait() sees its result.
@@ -697,6 +731,19 @@ class TestSetup(FreshProcessesTest):
             dist.destroy_process_group()
 
 
+class TestFallbacks(FreshProcessesTest):
+    def test_calls_compared_over_gloo(self):
+        """Ranks that cannot share memory (on different hosts; here
+        VDEV_VCCL_SHARED_MEMORY=0) compare their calls with an all_gather over gloo:
+        mismatches still raise on every rank, and the group stays usable."""
+        os.environ["VDEV_VCCL_SHARED_MEMORY"] = "0"
+        self.init(VCCL)
+        self.assertFalse(torch_vdev._C.compares_calls_in_shared_memory(dist.group.WORLD._get_backend(self.device)))
+        with self.assertRaisesRegex(RuntimeError, rf"{VCCL} all_reduce: the ranks' calls do not match \(their sizes differ\)"):
+            dist.all_reduce(torch.ones(2 + self.rank, device=self.device))
+        torch.testing.assert_close(self.summed().cpu(), torch.full((3,), 3.0))
+
+
 class TestFaults(FreshProcessesTest):
     """A failing peer is an error within the group's timeout, never a hang."""
 
@@ -707,10 +754,21 @@ class TestFaults(FreshProcessesTest):
             dist.destroy_process_group()
             return
         start = time.monotonic()
-        with self.assertRaises(RuntimeError):
-            for _ in range(3):
-                self.summed()
+        with self.assertRaisesRegex(RuntimeError, "rank 1 left the process group"):
+            self.summed()
         self.assertLess(time.monotonic() - start, 20)
+
+    def test_peer_process_exits(self):
+        """A peer whose process ends without leaving the group, while the other waits for
+        its call: an error naming it within a moment, not the group's timeout."""
+        self.init(VCCL, timeout=60)
+        self.summed().cpu()  # done on both ranks before rank 1 exits
+        if self.rank == 1:
+            os._exit(0)
+        start = time.monotonic()
+        with self.assertRaisesRegex(RuntimeError, r"rank 1 \(process \d+\) exited before making this call"):
+            self.summed()
+        self.assertLess(time.monotonic() - start, 30)
 
     def test_collective_fails_after_wait(self):
         """A collective that fails after Work.wait() returned (the peer dies while its

@@ -533,6 +533,53 @@ def test_replayed_pointwise_ops_equal_eager():
         assert_close(y.cpu(), (x.cpu() * 2 + 1).sin().tanh())
 
 
+def _prepared_ops(a, b, c, ints, halves, out64, transposed):
+    """Ops a replay runs on the TensorIterator built at its first replay (ReplayKernel.cpp),
+    in the cases that make their CPU loops change it: a CPU scalar operand dropped
+    (bfloat16 times a Python number), an output written through a temporary of the
+    common dtype (float32 results into a float64 out=), integer promotion, broadcasting,
+    a transposed input and in-place ops."""
+    results = [
+        a + b * 0.5, a - b, a * 3.0, a / (b * b + 1), torch.addcmul(a, b, c, value=0.25),
+        torch.addcdiv(a, b, c * c + 1, value=-0.5), a.clamp_max(0.3), a.clamp_min(-0.2),
+        torch.maximum(a, b), torch.minimum(a, c), torch.lerp(a, b, 0.3), a.exp(), (a * a).sqrt(),
+        (a * a + 1).rsqrt(), -a, a.sigmoid(), a.tanh(), torch.nn.functional.silu(a),
+        torch.nn.functional.gelu(a, approximate="tanh"), torch.nn.functional.gelu(b),
+        torch.ops.aten.threshold_backward(b, a, 0.0), torch.ops.aten.silu_backward(b, a),
+        torch.ops.aten.gelu_backward(b, a, approximate="tanh"), torch.ops.aten.sigmoid_backward(b, a),
+        torch.ops.aten.tanh_backward(b, a), ints * 1.5 + ints, halves * 0.75, a + b[:1], transposed * 2 + a,
+    ]
+    torch.add(a, b, out=out64)
+    in_place = a.clone()
+    in_place.mul_(b).add_(c, alpha=2).sub_(0.5).clamp_max_(1.0).addcmul_(b, c).neg_()
+    return results + [out64, in_place]
+
+
+def test_replayed_prepared_pointwise_ops_equal_eager_cpu_on_new_inputs():
+    def inputs(seed, device):
+        generator = torch.Generator().manual_seed(seed)
+        a, b, c = (torch.randn(8, 8, generator=generator) for _ in range(3))
+        ints = torch.randint(-5, 5, (8, 8), generator=generator)
+        return [t.to(device) for t in (a, b, c, ints, a.to(torch.bfloat16))]
+
+    static = inputs(0, "vdev")
+    transposed = torch.empty(8, 8, device="vdev").t()
+    out64 = torch.empty(8, 8, dtype=torch.float64, device="vdev")
+    graph = torch.vdev.VDEVGraph()
+    with torch.vdev.graph(graph):
+        transposed.copy_(static[1].t())
+        results = _prepared_ops(*static, out64, transposed)
+    for seed in (1, 2, 3):
+        fresh = inputs(seed, "cpu")
+        for s, f in zip(static, fresh):
+            s.copy_(f.to("vdev"))
+        graph.replay()
+        expected = _prepared_ops(*fresh, torch.empty(8, 8, dtype=torch.float64), fresh[1].t())
+        for result, want in zip(results, expected):
+            assert result.dtype == want.dtype
+            assert_close(result.cpu(), want)
+
+
 def test_random_ops_draw_fresh_numbers_each_replay_and_seeded_replays_repeat():
     graph = torch.vdev.VDEVGraph()
     static_input = torch.ones(16, device="vdev")

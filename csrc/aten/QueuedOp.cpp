@@ -3,6 +3,7 @@
 #include "aten/CpuRedispatch.h"
 #include "aten/MetaKernels.h"
 #include "aten/Tensor.h"
+#include "graphs/ReplayKernel.h"
 #include "profiler/DeviceActivity.h"
 #include "runtime/Allocator.h"
 #include "runtime/Device.h"
@@ -232,7 +233,22 @@ struct OutputShape {
     return data == other.data && sizes == other.sizes && strides == other.strides && offset == other.offset &&
         conj == other.conj && neg == other.neg;
   }
+
+  // Whether `other` is this output with only its strides changed, in the same memory.
+  bool restrided_from(const OutputShape& other) const {
+    return data == other.data && sizes == other.sizes && offset == other.offset && conj == other.conj &&
+        neg == other.neg;
+  }
 };
+
+// Some CPU kernels restride their output to the input's memory format (replication and
+// reflection padding make it channels-last) where CUDA's kernels and the meta kernel keep
+// it contiguous: the values the kernel wrote move into the layout the host gave `output`.
+void restore_layout(at::Tensor& output, const OutputShape& intended) {
+  const at::Tensor written = output.clone(at::MemoryFormat::Preserve);
+  output.unsafeGetTensorImpl()->set_sizes_and_strides(intended.sizes, intended.strides, intended.offset);
+  output.copy_(written);
+}
 
 } // namespace
 
@@ -469,8 +485,12 @@ bool launch_op(const c10::OperatorHandle& op, const OperatorFacts& facts, torch:
   launch(
       current_stream(device), name,
       [cpu_op = *plan.cpu_op, cpu_kernel = plan.cpu_kernel, kernel_arguments = std::move(kernel_arguments),
-       outputs = std::move(outputs), shapes = std::move(shapes), name, device](bool only_run) mutable {
+       outputs = std::move(outputs), shapes = std::move(shapes), name, device,
+       replay = ReplayKernel()](bool only_run) mutable {
         profiler::ActivityScope activity(profiler::ActivityKind::kKernel, name, device);
+        if (!only_run && cpu_kernel == nullptr && replay.run(cpu_op, kernel_arguments)) {
+          return;
+        }
         // A graph's recorded kernel runs again at each replay: it redispatches a copy.
         torch::jit::Stack kernel_stack = only_run ? std::move(kernel_arguments) : kernel_arguments;
         constexpr c10::DispatchKeySet kCpu(c10::DispatchKey::CPU);
@@ -480,9 +500,14 @@ bool launch_op(const c10::OperatorHandle& op, const OperatorFacts& facts, torch:
           cpu_op.redispatchBoxed(kCpu, &kernel_stack);
         }
         for (size_t i = 0; i < outputs.size(); ++i) {
+          const OutputShape written = OutputShape::of(outputs[i]);
+          if (written == shapes[i]) {
+            continue;
+          }
           TORCH_CHECK(
-              OutputShape::of(outputs[i]) == shapes[i], "the CPU kernel changed the shape, memory or math bits ",
+              written.restrided_from(shapes[i]), "the CPU kernel changed the shape, memory or math bits ",
               "of an output its meta kernel sized (", kBackendName, " cannot launch this op)");
+          restore_layout(outputs[i], shapes[i]);
         }
       });
 

@@ -30,7 +30,9 @@ enum Field : int64_t {
   kDims = kCompared, kFirstSize,
 };
 constexpr int64_t kShownDims = 6;
-constexpr int64_t kFingerprintLength = kFirstSize + kShownDims;
+constexpr int64_t kFingerprintLength = CallAgreement::kFingerprintLength;
+static_assert(kFirstSize + kShownDims == kFingerprintLength);
+static_assert(kFingerprintLength <= SharedBoard::kMaxRecordLength);
 
 // What differs when a field does, in "their ... differ".
 constexpr std::array<const char*, kCompared> kFieldMeanings = {
@@ -126,27 +128,40 @@ std::string describe(const int64_t* fingerprint) {
 
 } // namespace
 
-CallAgreement::CallAgreement(c10d::Backend& transport, const CollectiveCall& call)
-    : op_(call.op), rank_(transport.getRank()) {
+CallAgreement::CallAgreement(c10d::Backend& transport, SharedBoard* board, const CollectiveCall& call)
+    : op_(call.op), rank_(transport.getRank()), ranks_(transport.getSize()), board_(board) {
+  if (board_ != nullptr) {
+    std::array<int64_t, kFingerprintLength> mine;
+    fill_fingerprint(mine.data(), call);
+    board_exchange_ = board_->post(mine);
+    return;
+  }
   at::Tensor mine = at::empty({kFingerprintLength}, at::kLong);
   fill_fingerprint(mine.data_ptr<int64_t>(), call);
-  fingerprints_ = at::empty({transport.getSize() * kFingerprintLength}, at::kLong);
-  exchange_ = transport._allgather_base(fingerprints_, mine, c10d::AllgatherOptions());
+  gathered_ = at::empty({ranks_ * kFingerprintLength}, at::kLong);
+  exchange_ = transport._allgather_base(gathered_, mine, c10d::AllgatherOptions());
 }
 
-void CallAgreement::verify() const {
-  exchange_->wait();
-  const int64_t ranks = fingerprints_.numel() / kFingerprintLength;
-  const int64_t* all = fingerprints_.const_data_ptr<int64_t>();
+void CallAgreement::verify(std::chrono::milliseconds timeout) {
+  std::vector<int64_t> on_board;
+  const int64_t* all = nullptr;
+  if (board_ != nullptr) {
+    on_board.resize(ranks_ * kFingerprintLength);
+    board_->gather(board_exchange_, on_board.data(), kFingerprintLength, op_, timeout);
+    all = on_board.data();
+  } else {
+    exchange_->wait();  // gloo's work times out after the group's timeout itself
+    all = gathered_.const_data_ptr<int64_t>();
+  }
   const int64_t* mine = all + rank_ * kFingerprintLength;
-  for (int64_t rank = 0; rank < ranks; ++rank) {
+  for (int64_t rank = 0; rank < ranks_; ++rank) {
     const int64_t* theirs = all + rank * kFingerprintLength;
     for (int64_t field = 0; field < kCompared; ++field) {
       if (theirs[field] == mine[field]) {
         continue;
       }
       std::ostringstream calls;
-      for (int64_t r = 0; r < ranks; ++r) {
+      for (int64_t r = 0; r < ranks_; ++r) {
         calls << (r > 0 ? "; " : "") << "rank " << r << ": " << describe(all + r * kFingerprintLength);
       }
       TORCH_CHECK(

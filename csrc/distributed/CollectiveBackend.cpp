@@ -9,7 +9,9 @@
 #include <ATen/core/ivalue.h>
 #include <c10/util/Exception.h>
 
+#include <cstdlib>
 #include <mutex>
+#include <string_view>
 #include <tuple>
 
 namespace vdev {
@@ -100,9 +102,8 @@ class CollectiveWork final : public c10d::Work {
           future->markCompleted(c10::IValue(results));
         }
       };
-      if (c10d::isP2POp(retrieveOpType())) {
-        // gloo's send and recv works have no future: a thread of the inter-op pool
-        // waits for them.
+      c10::intrusive_ptr<c10::ivalue::Future> transport_future = transport_future_if_any();
+      if (!transport_future) {
         at::launch([transport_work = transport_work_, complete] {
           try {
             transport_work->wait();
@@ -114,10 +115,9 @@ class CollectiveWork final : public c10d::Work {
         });
         return;
       }
-      transport_work_->getFuture()->addCallback(
-          [complete](c10::ivalue::Future& transport_future) {
-            complete(transport_future.hasError() ? transport_future.exception_ptr() : nullptr);
-          });
+      transport_future->addCallback([complete](c10::ivalue::Future& transport_future) {
+        complete(transport_future.hasError() ? transport_future.exception_ptr() : nullptr);
+      });
     });
     return future_;
   }
@@ -137,6 +137,17 @@ class CollectiveWork final : public c10d::Work {
     std::function<void()> fn;
     std::once_flag once;
   };
+
+  // gloo's future of the work, or nullptr for the works gloo makes without one (send,
+  // recv, reduce_scatter), whose getFuture() throws: a thread of the inter-op pool then
+  // waits for them.
+  c10::intrusive_ptr<c10::ivalue::Future> transport_future_if_any() {
+    try {
+      return transport_work_->getFuture();
+    } catch (const c10::Error&) {
+      return nullptr;
+    }
+  }
 
   void make_stream_wait(std::chrono::milliseconds timeout) {
     // The queued wait holds what it needs, not this work: a work need not outlive it.
@@ -268,6 +279,10 @@ std::function<void()> scaling(
 CollectiveBackend::CollectiveBackend(c10::intrusive_ptr<c10d::Backend> transport)
     : c10d::Backend(transport->getRank(), transport->getSize()),
       transport_(std::move(transport)) {
+  const char* shared_memory = std::getenv("VDEV_VCCL_SHARED_MEMORY");
+  if (size_ > 1 && (shared_memory == nullptr || std::string_view(shared_memory) != "0")) {
+    board_ = SharedBoard::connect(*transport_);
+  }
   init();
 }
 
@@ -297,10 +312,16 @@ uint64_t CollectiveBackend::getSequenceNumberForGroup() {
 }
 
 void CollectiveBackend::abort() {
+  if (board_) {
+    board_->leave();
+  }
   transport_->abort();
 }
 
 void CollectiveBackend::shutdown() {
+  if (board_) {
+    board_->leave();
+  }
   transport_->shutdown();
 }
 
@@ -344,12 +365,12 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::run(
     std::function<void()> on_completion) {
   std::optional<CallAgreement> agreement;
   if (size_ > 1 && !call.point_to_point) {
-    agreement.emplace(*transport_, call);
+    agreement.emplace(*transport_, board_.get(), call);
   }
   c10::intrusive_ptr<c10d::Work> transport_work;
   run_in_stream_order(device, [&] {
     if (agreement) {
-      agreement->verify();
+      agreement->verify(transport_->getBackendOptions()->timeout);
     }
     transport_work = launch();
   });

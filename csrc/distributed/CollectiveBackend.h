@@ -79,6 +79,12 @@ class VDEV_API CollectiveBackend final : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
   void monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) override;
 
+  // Whether the ranks compare their calls on a shared-memory board (all on one host)
+  // rather than over gloo.
+  bool compares_calls_in_shared_memory() const {
+    return board_ != nullptr;
+  }
+
  private:
   // Checks the tensors of one call (all vdev, on one device, the group's bound device
   // if it has one) and returns their device; errors name `op` and the problem.
@@ -96,6 +102,9 @@ class VDEV_API CollectiveBackend final : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> on_gloo(Method method, const Args&... args);
 
   c10::intrusive_ptr<c10d::Backend> transport_;
+  // Where the ranks compare their calls when they are all on this host (else nullptr:
+  // over gloo).
+  std::unique_ptr<SharedBoard> board_;
 };
 
 } // namespace vdev

@@ -13,7 +13,17 @@ void bind_distributed(pybind11::module& module) {
       [](c10::intrusive_ptr<c10d::Backend> transport) -> c10::intrusive_ptr<c10d::Backend> {
         return c10::make_intrusive<CollectiveBackend>(std::move(transport));
       },
-      pybind11::arg("transport"));
+      pybind11::arg("transport"),
+      // Setting up the group's shared-memory board waits for gloo's threads.
+      pybind11::call_guard<pybind11::gil_scoped_release>());
+  module.def(
+      "compares_calls_in_shared_memory",
+      [](const c10::intrusive_ptr<c10d::Backend>& backend) {
+        auto* collective_backend = dynamic_cast<CollectiveBackend*>(backend.get());
+        TORCH_CHECK(collective_backend != nullptr, "not a ", kCollectiveBackendName, " backend");
+        return collective_backend->compares_calls_in_shared_memory();
+      },
+      pybind11::arg("backend"));
 }
 
 } // namespace vdev

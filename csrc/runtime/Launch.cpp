@@ -21,25 +21,51 @@ const c10::DispatchKeySet kHandledOnHost = c10::python_ks |
          c10::DispatchKey::FuncTorchVmapMode});
 
 // Puts the launching thread's dispatch keys and autograd modes in place while a kernel
-// runs (a launch-blocking kernel runs on the launching thread itself, hence the restore).
+// runs. A stream's worker runs nothing but kernels, each of which puts its own state in
+// place, so there the state stays for the next kernel, which mostly needs the same (a
+// graph's kernels all do); a launch-blocking kernel runs on the launching thread
+// itself, so its state is restored.
 class LaunchingThreadState {
  public:
-  explicit LaunchingThreadState(const detail::Kernel& kernel)
-      : dispatch_keys_(c10::impl::tls_local_dispatch_key_set()), autograd_(c10::AutogradState::get_tls_state()) {
-    c10::impl::_force_tls_local_dispatch_key_set(kernel.dispatch_keys);
-    c10::AutogradState::set_tls_state(kernel.autograd);
+  LaunchingThreadState(const detail::Kernel& kernel, bool on_worker)
+      : dispatch_keys_(c10::impl::tls_local_dispatch_key_set()),
+        autograd_(c10::AutogradState::get_tls_state()),
+        restore_(!on_worker) {
+    if (!(dispatch_keys_.included_ == kernel.dispatch_keys.included_ &&
+          dispatch_keys_.excluded_ == kernel.dispatch_keys.excluded_)) {
+      c10::impl::_force_tls_local_dispatch_key_set(kernel.dispatch_keys);
+    }
+    if (!same(autograd_, kernel.autograd)) {
+      c10::AutogradState::set_tls_state(kernel.autograd);
+    }
   }
   ~LaunchingThreadState() {
-    c10::impl::_force_tls_local_dispatch_key_set(dispatch_keys_);
-    c10::AutogradState::set_tls_state(autograd_);
+    if (restore_) {
+      c10::impl::_force_tls_local_dispatch_key_set(dispatch_keys_);
+      c10::AutogradState::set_tls_state(autograd_);
+    }
   }
   LaunchingThreadState(const LaunchingThreadState&) = delete;
   LaunchingThreadState& operator=(const LaunchingThreadState&) = delete;
 
  private:
+  static bool same(const c10::AutogradState& a, const c10::AutogradState& b) {
+    return a.get_grad_mode() == b.get_grad_mode() && a.get_fw_grad_mode() == b.get_fw_grad_mode() &&
+        a.get_inference_mode() == b.get_inference_mode() &&
+        a.get_multithreading_enabled() == b.get_multithreading_enabled() &&
+        a.get_view_replay_enabled() == b.get_view_replay_enabled();
+  }
+
   const c10::impl::LocalDispatchKeySet dispatch_keys_;
   const c10::AutogradState autograd_;
+  const bool restore_;
 };
+
+bool on_worker() {
+  int on_worker = 0;
+  check_runtime(vdrtHostFuncOnWorker(&on_worker), "vdrtHostFuncOnWorker");
+  return on_worker != 0;
+}
 
 bool only_run() {
   int runs_again = 1;
@@ -56,7 +82,7 @@ void run_kernel(void* data) {
   thread_local const bool intra_op_threads_set = (at::init_num_threads(), true);
   (void)intra_op_threads_set;
   try {
-    LaunchingThreadState state(*kernel);
+    LaunchingThreadState state(*kernel, on_worker());
     std::optional<profiler::LaunchedWork> launched;
     if (C10_UNLIKELY(kernel->origin.thread_id != 0)) {
       launched.emplace(kernel->origin);

@@ -4,6 +4,19 @@
 # An entry is either a test its decorators already skip on vdev (it would only run,
 # and fail for the reason given, with --bypass-device-restrictions), or one whose
 # vdev failure is what CUDA does too, or what PyTorch 2.13 no longer supports.
+# test_modules' test_to with swap=False, for the modules that have parameters (the others pass).
+TO_KEEPS_PARAMETERS = (
+    "expects Module.to('cpu') to keep each Parameter (.data set), which PyTorch does only between the dense "
+    "backends TensorImpl::has_compatible_shallow_copy_type lists (CPU, CUDA, MPS, HIP, XPU, HPU, MTIA), never "
+    "PrivateUse1; the test moves to the device only under cuda/xpu")
+MODULES_WITH_PARAMETERS = (
+    "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "Bilinear", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d",
+    "ConvTranspose2d", "ConvTranspose3d", "Embedding", "GRU", "GRUCell", "GroupNorm", "InstanceNorm1d",
+    "InstanceNorm2d", "InstanceNorm3d", "LSTM", "LSTMCell", "LayerNorm", "Linear", "LinearCrossEntropyLoss",
+    "MultiheadAttention", "PReLU", "RMSNorm", "RNN", "RNNCell", "Transformer", "TransformerDecoderLayer",
+    "TransformerEncoder", "TransformerEncoderLayer",
+)
+
 TEST_EXCLUSIONS = {
     "TestShapeOps": {
         "test_diagonal_multidim": "@onlyCPU: compares against x.numpy() of the device tensor",
@@ -33,7 +46,11 @@ TEST_EXCLUSIONS = {
     },
     "TestModule": {
         "test_multiple_device_transfer": "@onlyCUDA: moves the module with .cuda() and torch.cuda.device",
-        "test_to_*_swap_False_*": "expects Module.to('cpu') to keep each Parameter (.data set), which PyTorch does only between the dense backends TensorImpl::has_compatible_shallow_copy_type lists (CPU, CUDA, MPS, HIP, XPU, HPU, MTIA), never PrivateUse1; the test moves to the device only under cuda/xpu",
+        "test_memory_format_nn_GroupNorm_*": "expects a channels-last input gradient, which PyTorch's own native_group_norm backward formula (derivatives.yaml) makes contiguous on every device but CPU and XPU, CUDA's too; module_db skips it on cuda",
+        "test_memory_format_nn_ReplicationPad2d_*": "expects CPU's channels-last output; CUDA's kernel (and the meta kernel) returns it contiguous, as vdev does; module_db skips it on cuda",
+        "test_memory_format_nn_ReplicationPad3d_*": "expects CPU's channels-last output; CUDA's kernel (and the meta kernel) returns it contiguous, as vdev does; module_db skips it on cuda",
+        "test_memory_format_nn_ReflectionPad3d_*": "expects CPU's channels-last output; CUDA's kernel (and the meta kernel) returns it contiguous, as vdev does; module_db skips it on cuda",
+        **{f"test_to_nn_{module}_*swap_False_*": TO_KEEPS_PARAMETERS for module in MODULES_WITH_PARAMETERS},
     },
     "TestTorchDeviceType": {
         "test_broadcast_fn_map": "Tensor.map_ raises TypeError for any non-CPU tensor, CUDA's too; the test returns early on CUDA only",

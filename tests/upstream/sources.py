@@ -52,6 +52,7 @@ SOURCES = {
     "test_optim.py": Source("maggiemoss/pytorch", "eb4247c60570b3bd9f6404efae673f748ea0a5ea", 101878),
     "test_ops.py": Source("Lord-Melflam/pytorch", "26f0db325cdb64dc0972ee2aa167df8fac18ffc7", 43292,
                           excerpt=((0, 5938), (78458, 101401), (108521, 122703), (128729, 128850), (128924, 129032))),
+    "test_serialization.py": Source("maggiemoss/pytorch", "4b78f85938a63c12719f266324b57ffe9f3b7581", 304732),
 }
 
 SHIMS = {
@@ -82,6 +83,11 @@ SHIMS = {
              "('test_swa_utils', 'TestSWAUtils'))]",
              "the file re-exports three device-independent test classes from test/optim/, whose files "
              "are not fetched: TestOptimRenewed, its device-generic class, is what is measured"),
+        Shim("import torch.testing._internal.common_optimizers as o; [setattr(info, 'supports_fused_on', "
+             "(*info.supports_fused_on, 'vdev')) for info in o.optim_db if 'cpu' in info.supports_fused_on]",
+             "OptimInfo.supports_fused_on names the device types PyTorch's CI runs fused kernels on, and the fused "
+             "tests skip themselves elsewhere; vdev runs the CPU fused kernels, so the optimizers that have them "
+             "are tested on vdev too instead of skipped"),
     ],
     "test_sort_and_select.py": [
         Shim("import numpy; numpy.msort = lambda a: numpy.sort(a, axis=0)",

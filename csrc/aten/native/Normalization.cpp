@@ -66,11 +66,57 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm_backward(
       as_dtype_of(grad_weight, weight), as_dtype_of(grad_bias, bias)};
 }
 
+// nll_loss's kernels read the class weights as the input's dtype: CUDA checks that on the
+// host before it launches, and so does vdev, where the CPU kernel's check would otherwise
+// raise on the stream, at the next synchronization (the meta kernel checks shapes only).
+void check_nll_loss_weight(const at::Tensor& self, const std::optional<at::Tensor>& weight) {
+  TORCH_CHECK(
+      !weight.has_value() || !weight->defined() || weight->scalar_type() == self.scalar_type(),
+      "expected scalar type ", self.scalar_type(), " but found ", weight->scalar_type());
+}
+
+std::tuple<at::Tensor, at::Tensor> nll_loss_forward(
+    const at::Tensor& self, const at::Tensor& target, const std::optional<at::Tensor>& weight,
+    int64_t reduction, c10::SymInt ignore_index) {
+  check_nll_loss_weight(self, weight);
+  return CpuKernel<at::_ops::nll_loss_forward>::call(self, target, weight, reduction, std::move(ignore_index));
+}
+
+std::tuple<at::Tensor&, at::Tensor&> nll_loss_forward_output(
+    const at::Tensor& self, const at::Tensor& target, const std::optional<at::Tensor>& weight,
+    int64_t reduction, c10::SymInt ignore_index, at::Tensor& output, at::Tensor& total_weight) {
+  check_nll_loss_weight(self, weight);
+  return CpuKernel<at::_ops::nll_loss_forward_output>::call(
+      self, target, weight, reduction, std::move(ignore_index), output, total_weight);
+}
+
+at::Tensor nll_loss_backward(
+    const at::Tensor& grad_output, const at::Tensor& self, const at::Tensor& target,
+    const std::optional<at::Tensor>& weight, int64_t reduction, c10::SymInt ignore_index,
+    const at::Tensor& total_weight) {
+  check_nll_loss_weight(self, weight);
+  return CpuKernel<at::_ops::nll_loss_backward>::call(
+      grad_output, self, target, weight, reduction, std::move(ignore_index), total_weight);
+}
+
+at::Tensor& nll_loss_backward_grad_input(
+    const at::Tensor& grad_output, const at::Tensor& self, const at::Tensor& target,
+    const std::optional<at::Tensor>& weight, int64_t reduction, c10::SymInt ignore_index,
+    const at::Tensor& total_weight, at::Tensor& grad_input) {
+  check_nll_loss_weight(self, weight);
+  return CpuKernel<at::_ops::nll_loss_backward_grad_input>::call(
+      grad_output, self, target, weight, reduction, std::move(ignore_index), total_weight, grad_input);
+}
+
 } // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("native_layer_norm", TORCH_FN(native_layer_norm));
   m.impl("native_layer_norm_backward", TORCH_FN(native_layer_norm_backward));
+  m.impl("nll_loss_forward", TORCH_FN(nll_loss_forward));
+  m.impl("nll_loss_forward.output", TORCH_FN(nll_loss_forward_output));
+  m.impl("nll_loss_backward", TORCH_FN(nll_loss_backward));
+  m.impl("nll_loss_backward.grad_input", TORCH_FN(nll_loss_backward_grad_input));
   register_cpu_kernels<
       at::_ops::native_batch_norm,
       at::_ops::native_batch_norm_out,
@@ -80,10 +126,6 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
       at::_ops::_native_batch_norm_legit_out,
       at::_ops::_native_batch_norm_legit_no_stats_out,
       at::_ops::batch_norm_update_stats,
-      at::_ops::nll_loss_forward,
-      at::_ops::nll_loss_forward_output,
-      at::_ops::nll_loss_backward,
-      at::_ops::nll_loss_backward_grad_input,
       at::_ops::nll_loss2d_forward,
       at::_ops::nll_loss2d_forward_output,
       at::_ops::nll_loss2d_backward,

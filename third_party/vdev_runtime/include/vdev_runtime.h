@@ -159,6 +159,10 @@ vdrtError_t vdrtReportLaunchFailure(const char* message);
  * else to 0 (the work's only run: it may use up what its user_data owns). Returns
  * vdrtErrorInvalidValue outside a host function. */
 vdrtError_t vdrtHostFuncRunsAgain(int* runs_again);
+/* Called by a running host function: sets *on_worker to 1 when it runs on a stream's
+ * worker thread, which runs nothing but launched work, else to 0 (launch blocking: it
+ * runs on the launching thread). Returns vdrtErrorInvalidValue outside a host function. */
+vdrtError_t vdrtHostFuncOnWorker(int* on_worker);
 
 typedef enum vdrtMemcpyKind {
   vdrtMemcpyHostToHost = 0,

@@ -316,6 +316,8 @@ thread_local bool tls_work_failed = false;
 thread_local std::string tls_work_failure;
 // True while this thread runs a graph launch's recorded work.
 thread_local bool tls_running_graph = false;
+// True on the streams' worker threads.
+thread_local bool tls_is_worker = false;
 
 }  // namespace
 
@@ -390,6 +392,7 @@ struct vdrtStream : std::enable_shared_from_this<vdrtStream> {
   }
 
   void work_loop() {
+    tls_is_worker = true;
     std::unique_lock<std::mutex> lock(mutex);
     for (;;) {
       if (queue.empty() && !stopping && worker_spin_ns > 0) {
@@ -1239,6 +1242,17 @@ vdrtError_t vdrtHostFuncRunsAgain(int* runs_again) {
     return invalid("vdrtHostFuncRunsAgain", "null pointer");
   }
   *runs_again = tls_running_graph ? 1 : 0;
+  return vdrtSuccess;
+}
+
+vdrtError_t vdrtHostFuncOnWorker(int* on_worker) {
+  if (tls_running_stream == nullptr) {
+    return invalid("vdrtHostFuncOnWorker", "called outside a launched host function");
+  }
+  if (on_worker == nullptr) {
+    return invalid("vdrtHostFuncOnWorker", "null pointer");
+  }
+  *on_worker = tls_is_worker ? 1 : 0;
   return vdrtSuccess;
 }
 

@@ -864,6 +864,29 @@ TEST(host_functions_know_whether_they_run_again) {
   CHECK_OK(vdrtStreamDestroy(stream));
 }
 
+// Records in *data whether the run is on a stream's worker thread.
+void note_on_worker(void* data) {
+  int on_worker = -1;
+  CHECK_OK(vdrtHostFuncOnWorker(&on_worker));
+  static_cast<std::atomic<int>*>(data)->store(on_worker);
+}
+
+TEST(host_functions_know_whether_they_run_on_a_worker) {
+  int on_worker = -1;
+  CHECK(vdrtHostFuncOnWorker(&on_worker) == vdrtErrorInvalidValue);  // not in a host function
+  vdrtStream_t stream = new_stream();
+  std::atomic<int> queued{-1};
+  CHECK_OK(vdrtLaunchHostFunc(stream, &note_on_worker, &queued));
+  CHECK_OK(vdrtStreamSynchronize(stream));
+  CHECK(queued == 1);
+  std::atomic<int> blocking{-1};
+  CHECK_OK(vdrtSetLaunchBlocking(1));
+  CHECK_OK(vdrtLaunchHostFunc(stream, &note_on_worker, &blocking));
+  CHECK_OK(vdrtSetLaunchBlocking(0));
+  CHECK(blocking == 0);  // ran on this thread
+  CHECK_OK(vdrtStreamDestroy(stream));
+}
+
 TEST(replay_runs_recorded_work_in_order_with_copies_and_memsets) {
   vdrtStream_t stream = new_stream();
   void* device = nullptr;
