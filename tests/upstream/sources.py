@@ -50,10 +50,18 @@ SOURCES = {
     "test_nn.py": Source("maggiemoss/pytorch", "4b78f85938a63c12719f266324b57ffe9f3b7581", 309699,
                          excerpt=((0, 3556), (408803, 714871), (718764, 718839))),
     "test_optim.py": Source("maggiemoss/pytorch", "eb4247c60570b3bd9f6404efae673f748ea0a5ea", 101878),
+    "test_ops.py": Source("Lord-Melflam/pytorch", "26f0db325cdb64dc0972ee2aa167df8fac18ffc7", 43292,
+                          excerpt=((0, 5938), (78458, 101401), (108521, 122703), (128729, 128850), (128924, 129032))),
     "test_serialization.py": Source("maggiemoss/pytorch", "4b78f85938a63c12719f266324b57ffe9f3b7581", 304732),
 }
 
 SHIMS = {
+    "test_ops.py": [
+        Shim("import torch.testing._internal.common_methods_invocations as m, torch.testing._internal.common_device_type as d; "
+             "m.skip, m.xfail = d.skip, d.xfail; m.skipOps = lambda test_case_name, base_test_name, to_skip: d.skipOps(to_skip)",
+             "PyTorch 2.13 moved skip/xfail/skipOps to common_device_type, where skipOps takes the class and test names "
+             "from the decorated function's __qualname__ (the same names the copy passes)"),
+    ],
     "test_binary_ufuncs.py": [
         Shim("import torch.testing._internal.common_methods_invocations as m; m.binary_ufuncs_and_refs = m.binary_ufuncs",
              "PyTorch 2.13 folded binary_ufuncs_and_refs into binary_ufuncs (which now holds the _refs too); the copy imports the old name"),
