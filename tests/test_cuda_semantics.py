@@ -130,3 +130,36 @@ def test_a_host_out_tensor_of_a_tensor_iterator_op_gets_cudas_error():
     with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device, but found at least two devices"):
         torch.add(x, x, out=out)
     assert torch.equal(out, torch.zeros(5))
+
+
+@pytest.mark.parametrize("mode, size", [
+    ("nearest", (6,)), ("nearest-exact", (6,)), ("linear", (6,)),
+    ("nearest", (6, 6)), ("nearest-exact", (6, 6)), ("bilinear", (6, 6)), ("bicubic", (6, 6)),
+    ("nearest", (6, 6, 6)), ("trilinear", (6, 6, 6)),
+])
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int8, torch.int32, torch.int64,
+                                   torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_upsampling_takes_cuda_dtypes_and_refuses_the_others_at_the_call(mode, size, dtype):
+    # CUDA's upsample kernels take floating types (and uint8 for nearest); the CPU's take
+    # integers too. A refused dtype raises at the call, as on CUDA, not at a later sync.
+    source = torch.arange(2 * 3 * 4 ** len(size)).reshape(2, 3, *[4] * len(size)) % 200
+    source = source.to(dtype)
+    on_cuda = dtype.is_floating_point or (dtype == torch.uint8 and mode.startswith("nearest"))
+    if not on_cuda:
+        with pytest.raises(NotImplementedError, match="_out_frame\" not implemented for '"):
+            torch.nn.functional.interpolate(source.to(DEVICE), size, mode=mode)
+        torch.vdev.synchronize()  # nothing was queued: no error is left for later
+        return
+    result = torch.nn.functional.interpolate(source.to(DEVICE), size, mode=mode)
+    assert_close(result.cpu(), torch.nn.functional.interpolate(source, size, mode=mode))
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
+def test_antialiased_upsampling_refuses_uint8_at_the_call(mode):
+    image = torch.randint(0, 255, (1, 3, 16, 16), dtype=torch.uint8)
+    with pytest.raises(NotImplementedError, match=f"upsample_{mode}2d_aa_out_frame\" not implemented for 'Byte'"):
+        torch.nn.functional.interpolate(image.to(DEVICE), (6, 6), mode=mode, antialias=True)
+    torch.vdev.synchronize()
+    floats = image.float()
+    assert_close(torch.nn.functional.interpolate(floats.to(DEVICE), (6, 6), mode=mode, antialias=True).cpu(),
+                 torch.nn.functional.interpolate(floats, (6, 6), mode=mode, antialias=True))

@@ -71,6 +71,9 @@ def _register_backend() -> None:
     from . import multiprocessing
 
     multiprocessing.register()
+    from . import parallel_comm
+
+    parallel_comm.install(BACKEND_NAME)
     from . import _compiler_hooks
 
     _compiler_hooks.install()

@@ -6,7 +6,11 @@ as <dir>/test/<file>, from the stored copy named below (the search tool's
 read_file(repo, path="test/<file>", commit), read 16,000 characters at a time and
 written out unchanged); `chars` is its length, which check_sources() compares.
 The newest stored copy was taken: pytorch/pytorch's where it is current, else the
-newest full fork's.
+newest full fork's. A source with an `excerpt` is re-created as those character ranges
+[start, end) of the stored copy, joined unchanged: the module's imports and helpers, the
+device-generic class measured and its instantiate_device_type_tests line, for files
+whose other classes (most of a 500 kB file) are not measured; `chars` is then the
+length of the joined ranges.
 """
 
 import dataclasses
@@ -18,6 +22,7 @@ class Source:
     repo: str
     commit: str
     chars: int
+    excerpt: tuple = ()  # ((start, end), ...) of the stored copy; () for the whole file
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +45,10 @@ SOURCES = {
     "test_binary_ufuncs.py": Source("pytorch/pytorch", "2c6c86ba286f20cdfcc8863b86ec2735f5d9c172", 183228),
     "test_reductions.py": Source("pytorch/pytorch", "20d26decd96326b8777d0bd8b591e593a2e7b758", 173074),
     "test_modules.py": Source("maggiemoss/pytorch", "4b78f85938a63c12719f266324b57ffe9f3b7581", 58052),
+    "test_autograd.py": Source("maggiemoss/pytorch", "eb4247c60570b3bd9f6404efae673f748ea0a5ea", 54364,
+                               excerpt=((0, 13191), (423070, 464096), (564705, 564852))),
+    "test_nn.py": Source("maggiemoss/pytorch", "4b78f85938a63c12719f266324b57ffe9f3b7581", 309699,
+                         excerpt=((0, 3556), (408803, 714871), (718764, 718839))),
     "test_optim.py": Source("maggiemoss/pytorch", "eb4247c60570b3bd9f6404efae673f748ea0a5ea", 101878),
 }
 
@@ -47,6 +56,15 @@ SHIMS = {
     "test_binary_ufuncs.py": [
         Shim("import torch.testing._internal.common_methods_invocations as m; m.binary_ufuncs_and_refs = m.binary_ufuncs",
              "PyTorch 2.13 folded binary_ufuncs_and_refs into binary_ufuncs (which now holds the _refs too); the copy imports the old name"),
+    ],
+    "test_nn.py": [
+        Shim("import importlib.util, sys, torch.testing._internal.common_utils; "
+             "importlib.util.find_spec('hypothesis') or sys.modules.update({name: importlib.util.module_from_spec("
+             "importlib.util.spec_from_loader(name, loader=None)) for name in "
+             "('hypothesis', 'torch.testing._internal.hypothesis_utils')}); "
+             "sys.modules['hypothesis'].__dict__.setdefault('given', lambda *a, **k: lambda test: test)",
+             "the file imports hypothesis (not installed here) for TestNN's property tests, which "
+             "TestNNDeviceType does not use (common_utils is imported first: it runs without hypothesis)"),
     ],
     "test_optim.py": [
         Shim("import sys, types; sys.modules.update((name, types.ModuleType(name)) for name in "
@@ -74,7 +92,8 @@ def source_problems(test_dir, file_names):
         if source is None:
             continue
         if not os.path.isfile(path):
-            problems[file_name] = f"missing (fetch test/{file_name} from {source.repo} at {source.commit})"
+            ranges = f", characters {list(source.excerpt)} joined" if source.excerpt else ""
+            problems[file_name] = f"missing (fetch test/{file_name} from {source.repo} at {source.commit}{ranges})"
             continue
         with open(path, encoding="utf-8") as copy:
             chars = len(copy.read())

@@ -1,4 +1,4 @@
-// Native vdev kernels: pooling and upsampling.
+// Native vdev kernels: pooling and upsampling backward (forward: Upsample.cpp).
 // Each runs ATen's CPU kernel on zero-copy CPU aliases of device memory (CpuKernel.h).
 #include "aten/CpuKernel.h"
 
@@ -10,9 +10,7 @@
 #include <ATen/ops/avg_pool2d_backward_ops.h>
 #include <ATen/ops/max_pool2d_with_indices_ops.h>
 #include <ATen/ops/max_pool2d_with_indices_backward_ops.h>
-#include <ATen/ops/upsample_bilinear2d_ops.h>
 #include <ATen/ops/upsample_bilinear2d_backward_ops.h>
-#include <ATen/ops/upsample_nearest2d_ops.h>
 #include <ATen/ops/upsample_nearest2d_backward_ops.h>
 
 namespace vdev {
@@ -33,12 +31,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
       at::_ops::adaptive_max_pool2d_out,
       at::_ops::adaptive_max_pool2d_backward,
       at::_ops::adaptive_max_pool2d_backward_grad_input,
-      at::_ops::upsample_nearest2d,
-      at::_ops::upsample_nearest2d_out,
       at::_ops::upsample_nearest2d_backward,
       at::_ops::upsample_nearest2d_backward_grad_input,
-      at::_ops::upsample_bilinear2d,
-      at::_ops::upsample_bilinear2d_out,
       at::_ops::upsample_bilinear2d_backward,
       at::_ops::upsample_bilinear2d_backward_grad_input>(m);
 }
