@@ -80,41 +80,70 @@ def test_pointwise_chain():
     _check_against_eager(lambda x, y: (x.sin() * y + 1).relu().exp() - y.tanh(), torch.randn(64, 33), torch.randn(64, 33))
 
 
-def _compiled_reads_after_queued_copy():
-    """A compiled kernel that reads a tensor a queued copy is still writing."""
-    scale = torch.compile(lambda t: t * 2 + 1)
-    x = torch.zeros(4096, device=VDEV)
-    scale(x)
+def _row_mix(t):
+    return (t.sin() + 1).sum(1) * t.cos().amax(1)
+
+
+@pytest.fixture(scope="module", params=[False, True], ids=["python_wrapper", "cpp_wrapper"])
+def compiled_row_mix(request):
+    """_row_mix compiled with a Python or a C++ wrapper (two generated kernels)."""
+    from torch._dynamo.utils import counters
+
+    # Dynamo keeps compiled code per function code, whatever Inductor's config: the
+    # other wrapper's code is forgotten, so this one is compiled.
+    torch._dynamo.reset()
+    compiled = torch.compile(_row_mix)
+    misses = counters["inductor"]["fxgraph_cache_miss"]
+    with torch._inductor.config.patch(cpp_wrapper=request.param):
+        compiled(torch.zeros(64, 64, device=VDEV))  # compiles
+    assert counters["inductor"]["fxgraph_cache_miss"] == misses + 1
+    return compiled
+
+
+def test_compiled_kernels_wait_for_work_queued_on_the_stream(compiled_row_mix):
+    x = torch.zeros(64, 64, device=VDEV)
     torch.vdev.synchronize()
     torch.vdev._sleep(100)  # the copy below stays queued behind this kernel
-    x.copy_(torch.ones(4096, device=VDEV))
-    return scale(x).cpu()
+    ones = torch.ones(64, 64)
+    x.copy_(ones.to(VDEV))
+    _assert_close(compiled_row_mix(x), _row_mix(ones))
 
 
-@pytest.mark.parametrize("cpp_wrapper", [False, True])
-def test_compiled_kernels_wait_for_work_queued_on_the_stream(cpp_wrapper):
-    with torch._inductor.config.patch(cpp_wrapper=cpp_wrapper):
-        _assert_close(_compiled_reads_after_queued_copy(), torch.full((4096,), 3.0))
+# Long enough for a compiled call to return while the stream still sleeps.
+BUSY_MS = 500
 
 
-@pytest.mark.parametrize("cpp_wrapper", [False, True])
-def test_generated_kernels_are_profiled_as_vdev_kernels_of_their_operator(cpp_wrapper):
+def _stream_busy_after(call):
+    """Whether the current stream is still busy with a sleep queued before `call`, once `call` returns."""
+    torch.vdev.synchronize()
+    torch.vdev._sleep(BUSY_MS)
+    result = call()
+    busy = not torch.vdev.current_stream().query()
+    return result, busy
+
+
+def test_compiled_kernels_launch_on_the_stream_without_the_host_waiting(compiled_row_mix):
+    x = torch.randn(64, 64)
+    vdev_x = x.to(VDEV)
+    result, busy = _stream_busy_after(lambda: compiled_row_mix(vdev_x))
+    assert busy
+    _assert_close(result, _row_mix(x))
+
+
+def test_generated_kernels_are_profiled_as_vdev_kernels_of_their_operator(compiled_row_mix):
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
-    x = torch.randn(64, 16, device=VDEV)
-    with torch._inductor.config.patch(cpp_wrapper=cpp_wrapper):
-        compiled = torch.compile(lambda t: (t.sin() + 1).sum(1) * t.cos().amax(1))
-        expected = compiled(x)
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
-            result = compiled(x)
-    _assert_close(result, expected)
+    x = torch.randn(64, 64)
+    vdev_x = x.to(VDEV)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
+        result = compiled_row_mix(vdev_x)
+    _assert_close(result, _row_mix(x))
     kernels = [e for e in prof.events() if e.device_type == DeviceType.PrivateUse1 and "cpp_fused" in e.name]
     assert kernels and all(k.name.startswith(f"{VDEV}_kernel[cpp_fused") for k in kernels)
     # Each is launched by a CPU operator named after the kernel, as Triton kernels are on
-    # CUDA, and starts after it (queued on the stream from Python wrappers, run within
-    # the operator by C++ wrappers; the profiler's CPU operator times come from an
-    # approximate clock, too coarse under load to compare the ends).
+    # CUDA, and starts after it (queued on the stream; the profiler's CPU operator times
+    # come from an approximate clock, too coarse under load to compare the ends).
     launching = {
         e.name: e for e in prof.events() if e.device_type == DeviceType.CPU and e.name.startswith("cpp_fused")
     }
@@ -316,6 +345,12 @@ def _graph_counts() -> tuple:
     return counters["inductor"][CAPTURES_COUNTER], counters["inductor"][REPLAYS_COUNTER]
 
 
+def _skips() -> int:
+    from torch._dynamo.utils import counters
+
+    return counters["inductor"]["cudagraph_skips"]
+
+
 def test_reduce_overhead_replays_a_pointwise_chain():
     def fn(x, y):
         return (x.sin() * y + 1).relu().exp() - y.tanh()
@@ -402,6 +437,64 @@ def test_reduce_overhead_runs_without_graphs_what_a_capture_refuses():
                       r"operation not permitted when stream is capturing"):
         for _ in range(3):
             _assert_close(with_graphs(x), fn(x.cpu()))
+
+
+def test_reduce_overhead_tells_why_a_graph_with_a_cpu_node_runs_without_graphs():
+    def fn(x, c):
+        return x.sin() + c.to(x.device).cos()
+
+    compiled = torch.compile(fn, mode="reduce-overhead")
+    x, c = torch.randn(8), torch.randn(8)
+    skips = _skips()
+    with pytest.warns(UserWarning, match=r"skipping vdev graphs due to cpu device \(arg1_1\)"):
+        for _ in range(3):
+            _assert_close(compiled(x.to(VDEV), c), fn(x, c))
+    assert _skips() == skips + 1
+
+
+def test_reduce_overhead_tells_why_a_graph_mutating_its_input_runs_without_graphs():
+    # A replay would mutate the graph's static copy of the input, not the caller's
+    # tensor: the graph runs without graphs, as Inductor skips CUDA graphs.
+    def fn(x):
+        x.mul_(2)
+        return x.sin()
+
+    compiled = torch.compile(fn, mode="reduce-overhead")
+    skips, counts = _skips(), _graph_counts()
+    with pytest.warns(UserWarning, match=r"(?s)skipping vdev graphs due to mutated inputs \(1 instances\).*x\.mul_\(2\)"):
+        for _ in range(3):
+            x = torch.randn(8)
+            vdev_x = x.to(VDEV)
+            _assert_close(compiled(vdev_x), fn(x))
+            _assert_close(vdev_x, x)
+    assert _skips() == skips + 1
+    assert _graph_counts() == counts
+
+
+def _cpp_wrapper_graphs(fn, **config):
+    with torch._inductor.config.patch(cpp_wrapper=True, **config):
+        compiled = torch.compile(fn, mode="reduce-overhead")
+        captures, replays = _graph_counts()
+        for _ in range(4):
+            x = torch.randn(64, 33)
+            _assert_close(compiled(x.to(VDEV)), fn(x))
+    return _graph_counts()[0] - captures, _graph_counts()[1] - replays
+
+
+def test_reduce_overhead_with_cpp_wrapper_replays_vdev_graphs():
+    # Without graph partitions, which C++ wrappers do not support, the C++ wrapper's
+    # launches are captured and replayed.
+    assert _cpp_wrapper_graphs(lambda x: (x.sin() + 1).relu() * x.cos(), graph_partition=False) == (1, 3)
+
+
+def test_reduce_overhead_with_cpp_wrapper_and_graph_partition_tells_why_it_runs_without_graphs(caplog):
+    # Inductor turns graphs off for C++ wrappers with graph partitions, on every device,
+    # and logs why.
+    skips = _skips()
+    with caplog.at_level("WARNING"):
+        assert _cpp_wrapper_graphs(lambda x: (x.cos() - 1).relu() * x.sin(), graph_partition=True) == (0, 0)
+    assert "skipping cudagraphs due to cpp-wrapper does not support graph partition yet" in caplog.text
+    assert _skips() == skips + 1
 
 
 # --- Training: forward, backward and optimizer step compiled --------------------------
@@ -514,6 +607,8 @@ def test_aoti_package_runs_on_vdev_from_python(small_net, aoti_package):
     model, inputs, expected = small_net
     loaded = torch._inductor.aoti_load_package(aoti_package)
     loaded.load_constants(_weights(loaded, model, VDEV), check_full_update=True, user_managed=True)
+    # Its kernels are launched on the stream as cpp_wrapper's are (the same C++ wrapper
+    # code); the host waits here anyway, for the convolution, which runs on the calling thread.
     result = loaded(inputs.to(VDEV))
     assert result.device == torch.device(VDEV, 0)
     _assert_close(result, expected, rtol=1e-5, atol=1e-5)

@@ -1,7 +1,10 @@
 #include "inductor/GeneratedKernel.h"
 
+#include "profiler/DeviceActivity.h"
 #include "runtime/Launch.h"
 #include "runtime/Stream.h"
+
+#include <ATen/record_function.h>
 
 #include <memory>
 #include <mutex>
@@ -21,34 +24,7 @@ const char* interned(const char* name) {
 }
 
 } // namespace
-
-GeneratedKernelScope::GeneratedKernelScope(const char* name, c10::DeviceIndex device) {
-  auto callbacks = at::getStepCallbacksUnlessEmpty(at::RecordScope::FUNCTION);
-  const bool recording = profiler::recording();
-  if (C10_LIKELY(!callbacks && !recording)) {
-    return;
-  }
-  name = interned(name);
-  // The operator first: starting it gives the device activity its correlation id.
-  if (callbacks) {
-    operator_.emplace(std::move(*callbacks));
-    operator_->before(std::string_view(name));
-  }
-  if (recording) {
-    activity_.emplace(profiler::ActivityKind::kKernel, name, device);
-  }
-}
-
 } // namespace vdev
-
-void* torch_vdev_generated_kernel_begin(const char* name, int device) {
-  auto scope = std::make_unique<vdev::GeneratedKernelScope>(name, static_cast<c10::DeviceIndex>(device));
-  return scope->profiled() ? scope.release() : nullptr;
-}
-
-void torch_vdev_generated_kernel_end(void* scope) {
-  delete static_cast<vdev::GeneratedKernelScope*>(scope);
-}
 
 const char* torch_vdev_generated_kernel_name(const char* name) {
   return vdev::interned(name);

@@ -16,9 +16,16 @@ backward reads) are captured in place; a capture is per set of their addresses, 
 CUDA graph trees re-record when they move. A replay's outputs are the graph's static
 outputs, overwritten by its next replay, as with CUDA graphs.
 
-What a capture refuses (an op that runs on the calling thread, such as a random op)
-makes that compiled graph run without graphs from then on, with a one-time warning
-naming the op.
+What keeps a graph from being captured is told as Inductor tells it for CUDA graphs
+("skipping cudagraphs due to ..."): a warning ``skipping vdev graphs due to <reason>``,
+counted in ``counters["inductor"]["cudagraph_skips"]`` (and an error under
+``torch._inductor.config.triton.cudagraph_or_error``). Inductor's own reasons
+(CPU nodes, several devices, non-tensor inputs, ...), which it logs for CUDA graphs
+only, are told when the compiled graph is set up, found in Inductor's cache or not;
+mutated inputs other than parameters and buffers (a replay would mutate its static
+copy, not the caller's tensor) when it is wrapped; and what a capture refuses (an op
+that runs on the calling thread) when the capture fails, after which that graph runs
+without graphs.
 """
 
 import warnings
@@ -40,9 +47,21 @@ REPLAYS_COUNTER = f"{BACKEND_NAME}_graph_replays"
 _MAX_CAPTURES_PER_SHAPE = 8
 
 
-def _skip_warning(reason: str) -> None:
-    counters["inductor"]["cudagraph_skips"] += 1
-    warnings.warn(f"skipping {BACKEND_NAME} graphs due to {reason}", stacklevel=3)
+# How Inductor's reasons begin (cudagraph_utils.format_default_skip_message).
+_INDUCTOR_SKIP_PREFIX = "skipping cudagraphs due to "
+
+
+def _tell_skip(reason: str, *, count: bool = True) -> None:
+    """Warns that a graph runs without vdev graphs, and why; counts the skip unless
+    Inductor counts it itself."""
+    from torch._inductor import config
+
+    message = f"skipping {BACKEND_NAME} graphs due to {reason.removeprefix(_INDUCTOR_SKIP_PREFIX)}"
+    if count:
+        counters["inductor"]["cudagraph_skips"] += 1
+    if config.triton.cudagraph_or_error:
+        raise RuntimeError(message)
+    warnings.warn(message, stacklevel=3)
 
 
 # Inductor's helpers are imported where used: registering vdev's Inductor backend,
@@ -135,7 +154,7 @@ class GraphedCompiledGraph:
     def _skip(self, reason: str) -> None:
         self.skip_reason = reason
         self.captures.clear()
-        _skip_warning(reason)
+        _tell_skip(reason)
 
 
 def _is_vdev_graph(example_inputs: Sequence[Any], constants: Sequence[torch.Tensor]) -> bool:
@@ -147,6 +166,22 @@ def _is_vdev_graph(example_inputs: Sequence[Any], constants: Sequence[torch.Tens
 class VdevGraphPolicy(CUDAGraphPolicy):
     """Wraps compiled vdev graphs in ``GraphedCompiledGraph``; others as Inductor does."""
 
+    def should_wrap(self, compiled_graph) -> bool:
+        # Called for every compiled graph as it is set up, before Inductor acts on the
+        # reasons it found not to use graphs, which it logs for CUDA graphs only. It
+        # disables graphs for these reasons itself (counting a lowering reason, but not
+        # the failed checks of cudagraph_info).
+        from torch._inductor import config
+
+        if not config.triton.cudagraphs or BACKEND_NAME not in compiled_graph.device_types:
+            return True
+        info = compiled_graph.cudagraph_info
+        if compiled_graph.disabled_cudagraphs_reason:
+            _tell_skip(compiled_graph.disabled_cudagraphs_reason, count=False)
+        elif info is not None and info.cudagraph_fail_reasons:
+            _tell_skip(", ".join(info.cudagraph_fail_reasons))
+        return True
+
     def cudagraphify(self, model, example_inputs, static_input_idxs, *, device_index, is_backward,
                      is_inference, **kwargs):
         if not _is_vdev_graph(example_inputs, kwargs.get("constants", ())):
@@ -154,6 +189,14 @@ class VdevGraphPolicy(CUDAGraphPolicy):
                 model, example_inputs, static_input_idxs, device_index=device_index,
                 is_backward=is_backward, is_inference=is_inference, **kwargs,
             )
+        # Parameters and buffers are captured in place; other inputs are copied into
+        # static inputs, whose mutation a replay would not give back to the caller.
+        mutated = [i for i in kwargs.get("mutated_input_idxs", ()) if i not in static_input_idxs]
+        if mutated:
+            from torch._inductor.cudagraph_utils import get_mutation_stack_trace
+
+            _tell_skip(get_mutation_stack_trace(kwargs["placeholders"], mutated))
+            return model
         return GraphedCompiledGraph(model, static_input_idxs, device_index)
 
 
@@ -178,7 +221,6 @@ def register() -> None:
         reason = f"cpu device ({cpu_node.name})" if cpu_node is not None else "multiple devices: " + ", ".join(
             str(device) for device in devices
         )
-        _skip_warning(reason)
-        return f"skipping cudagraphs due to {reason}"
+        return _INDUCTOR_SKIP_PREFIX + reason  # told by VdevGraphPolicy.should_wrap
 
     cudagraph_utils.check_lowering_disable_cudagraph = check_lowering_admitting_vdev

@@ -12,8 +12,8 @@ Every generated kernel launch goes through one place per wrapper,
 binding of vdev's (``VdevKernelBindings``) that launches it on the device's current
 stream, as vdev's eager kernels are, so it runs in the stream's order, the host goes
 on meanwhile and graph captures record it (``torch.compile(mode="reduce-overhead")``,
-``_compiled_graphs.py``). C++ wrappers run their kernels on the calling thread once
-the work queued before them on the stream is complete.
+``_compiled_graphs.py``). C++ wrappers launch theirs the same way, through vdev's C
+shim (``c_shim_vdev.h``).
 """
 
 import functools
@@ -332,16 +332,23 @@ class VdevCppWrapperCodegen(CppWrapperCpu):
         else:
             super()._generate_kernel_call_helper(kernel_name, call_args, device=device, **kwargs)
 
-    def launch_kernel_in_stream_order(self, kernel_name: str, call_args, device: torch.device, **kwargs) -> None:
-        # The C++ kernel runs on the calling thread, as on the CPU, once the work queued
-        # before it on the device's current stream is complete, and is profiled as a
-        # vdev kernel (c_shim_vdev.h).
+    def launch_kernel_in_stream_order(self, kernel_name: str, call_args, device: torch.device, *, arg_types,
+                                      **kwargs) -> None:
+        # Launched on the device's current stream with the arguments the CPU's call
+        # passes (data pointers cast to the kernel's parameter types, scalars), under a
+        # CPU operator named after it (c_shim_vdev.h, launch_generated_kernel).
         self.add_device_include(BACKEND_NAME)
         self.writeline("{")
         self.writeline(
-            f'torch_vdev::inductor_shim::GeneratedKernel launch("{kernel_name}", {device.index or 0});'
+            f'static const char* const kernel_name = torch_vdev::inductor_shim::generated_kernel_name("{kernel_name}");'
         )
-        super()._generate_kernel_call_helper(kernel_name, call_args, device=_KERNEL_DEVICE, **kwargs)
+        super()._generate_kernel_call_helper(
+            "torch_vdev::inductor_shim::launch_generated_kernel",
+            ["kernel_name", str(device.index or 0), kernel_name, *call_args],
+            device=_KERNEL_DEVICE,
+            arg_types=[str, int, str, *arg_types],
+            **kwargs,
+        )
         self.writeline("}")
 
 

@@ -9,11 +9,13 @@
 // reads the names below).
 
 #include <ATen/ATen.h>
-#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/csrc/inductor/aoti_torch/c/shim.h>
 #include <torch/csrc/inductor/aoti_torch/utils.h>
 
 #include <dlfcn.h>
+#include <tuple>
+#include <type_traits>
+#include <utility>
 
 namespace torch_vdev::inductor_shim {
 
@@ -33,62 +35,61 @@ inline at::IntArrayRef int_array(const int64_t* values, int64_t length) {
   return at::IntArrayRef(values, static_cast<size_t>(length));
 }
 
-// Generated kernels run on the calling thread: each first waits for the work queued
-// before it on the device's current stream. Reached through c10's device guard, so the
-// generated code needs no library but libtorch.
-inline void wait_for_current_stream(c10::DeviceIndex device) {
-  const c10::impl::DeviceGuardImplInterface* guard =
-      c10::impl::getDeviceGuardImpl(c10::DeviceType::PrivateUse1);
-  const c10::Stream stream = guard->getStream(c10::Device(c10::DeviceType::PrivateUse1, device));
-  if (!guard->queryStream(stream)) {
-    guard->synchronizeStream(stream);
-  }
-}
+// The launch of generated kernels (csrc/inductor/GeneratedKernel.h), in libtorch_vdev,
+// which is loaded wherever vdev tensors exist: looked up once, by its soname, so the
+// generated code links with libtorch alone.
+struct GeneratedKernelLaunch {
+  const char* (*kernel_name)(const char* name) = nullptr;
+  const char* (*launch)(const char* name, int device, void (*run)(void*), void* arguments,
+                        void (*destroy)(void*)) = nullptr;
 
-// The profiling of a generated kernel's run (csrc/inductor/GeneratedKernel.h), in
-// libtorch_vdev, which is loaded wherever vdev tensors exist: looked up once, by its
-// soname, so the generated code links with libtorch alone.
-struct GeneratedKernelProfiling {
-  void* (*begin)(const char* name, int device) = nullptr;
-  void (*end)(void* scope) = nullptr;
-
-  static const GeneratedKernelProfiling& get() {
-    static const GeneratedKernelProfiling profiling = [] {
-      GeneratedKernelProfiling found;
+  static const GeneratedKernelLaunch& get() {
+    static const GeneratedKernelLaunch found = [] {
+      GeneratedKernelLaunch functions;
       if (void* library = dlopen("libtorch_vdev.so", RTLD_LAZY | RTLD_NOLOAD)) {
-        found.begin = reinterpret_cast<decltype(begin)>(dlsym(library, "torch_vdev_generated_kernel_begin"));
-        found.end = reinterpret_cast<decltype(end)>(dlsym(library, "torch_vdev_generated_kernel_end"));
+        functions.kernel_name =
+            reinterpret_cast<decltype(kernel_name)>(dlsym(library, "torch_vdev_generated_kernel_name"));
+        functions.launch = reinterpret_cast<decltype(launch)>(dlsym(library, "torch_vdev_launch_generated_kernel"));
         dlclose(library);  // it stays loaded: the process holds it
       }
-      return found;
+      TORCH_CHECK(
+          functions.kernel_name != nullptr && functions.launch != nullptr,
+          "a vdev kernel of a C++ wrapper runs in a process with libtorch_vdev loaded (import torch_vdev)");
+      return functions;
     }();
-    return profiling;
+    return found;
   }
 };
 
-// A generated kernel's run on `device`: in its current stream's order, and seen by
-// torch.profiler as a CPU operator named after the kernel and the device activity it
-// launched.
-class GeneratedKernel {
- public:
-  GeneratedKernel(const char* name, c10::DeviceIndex device) {
-    wait_for_current_stream(device);
-    const GeneratedKernelProfiling& profiling = GeneratedKernelProfiling::get();
-    if (profiling.begin != nullptr && profiling.end != nullptr) {
-      scope_ = profiling.begin(name, device);
-    }
-  }
-  ~GeneratedKernel() {
-    if (scope_ != nullptr) {
-      GeneratedKernelProfiling::get().end(scope_);
-    }
-  }
-  GeneratedKernel(const GeneratedKernel&) = delete;
-  GeneratedKernel& operator=(const GeneratedKernel&) = delete;
+// The name a generated kernel's launches are reported under (it lives as long as the
+// process, as the launch requires).
+inline const char* generated_kernel_name(const char* name) {
+  return GeneratedKernelLaunch::get().kernel_name(name);
+}
 
- private:
-  void* scope_ = nullptr;
-};
+// Launches `kernel(arguments...)` on `device`'s current stream, as the kernels of
+// Python wrappers are (torch_vdev/_inductor.py, VdevKernelBindings): it runs after the
+// stream's earlier work while the host goes on, a graph capture records it, and
+// torch.profiler sees a CPU operator named `name` and the vdev kernel it launched. The
+// arguments (data pointers and scalars) are kept until the launch, or the graph
+// recording it, is done with them.
+template <typename... Params, typename... Arguments>
+void launch_generated_kernel(const char* name, c10::DeviceIndex device, void (*kernel)(Params...),
+                             Arguments&&... arguments) {
+  struct Launch {
+    void (*kernel)(Params...);
+    std::tuple<std::decay_t<Params>...> arguments;
+  };
+  auto* launch = new Launch{kernel, {std::forward<Arguments>(arguments)...}};
+  const char* error = GeneratedKernelLaunch::get().launch(
+      name, device,
+      [](void* kept) {
+        auto* run = static_cast<Launch*>(kept);
+        std::apply(run->kernel, run->arguments);
+      },
+      launch, [](void* kept) { delete static_cast<Launch*>(kept); });
+  TORCH_CHECK(error == nullptr, error);
+}
 
 } // namespace torch_vdev::inductor_shim
 
