@@ -92,8 +92,8 @@ class VdevKernelBindings(CppPythonBindingsCodeCache):
 #include <dlfcn.h>
 #include <cstdint>
 #include <cstdlib>
+#include <memory>
 #include <stdexcept>
-#include <tuple>
 #include <type_traits>
 #include <utility>
 
@@ -102,38 +102,64 @@ static const char* (*kernel_name)(const char* name);
 static const char* (*launch_kernel)(const char* name, int device, void (*run)(void*), void* arguments,
                                     void (*destroy)(void*));
 
-template <typename T> static T parse_arg(PyObject* arg) {{
+// One argument of a launch: a tensor's data pointer or a number.
+union ArgumentSlot {{
+    void* pointer;
+    double real;
+    long long integer;
+}};
+
+template <typename T> static ArgumentSlot parse_arg(PyObject* arg) {{
+    ArgumentSlot slot;
     if constexpr (std::is_pointer_v<T>) {{
-        return static_cast<T>(tensor_data_ptr(arg));
+        slot.pointer = tensor_data_ptr(arg);
     }} else if constexpr (std::is_floating_point_v<T>) {{
-        const double value = PyFloat_AsDouble(arg);
-        if (value == -1.0 && PyErr_Occurred()) throw std::runtime_error("expected a float argument");
-        return static_cast<T>(value);
+        slot.real = PyFloat_AsDouble(arg);
+        if (slot.real == -1.0 && PyErr_Occurred()) throw std::runtime_error("expected a float argument");
     }} else {{
-        const long long value = PyLong_AsLongLong(arg);
-        if (value == -1 && PyErr_Occurred()) throw std::runtime_error("expected an int argument");
-        return static_cast<T>(value);
+        slot.integer = PyLong_AsLongLong(arg);
+        if (slot.integer == -1 && PyErr_Occurred()) throw std::runtime_error("expected an int argument");
+    }}
+    return slot;
+}}
+
+template <typename T> static T slot_value(const ArgumentSlot& slot) {{
+    if constexpr (std::is_pointer_v<T>) {{
+        return static_cast<T>(slot.pointer);
+    }} else if constexpr (std::is_floating_point_v<T>) {{
+        return static_cast<T>(slot.real);
+    }} else {{
+        return static_cast<T>(slot.integer);
     }}
 }}
 
 // The arguments of a launch, kept until the launch (or the graph recording it) is done.
+// A flat array, not a std::tuple: g++ takes minutes to instantiate a tuple of the
+// hundreds of arguments a foreach optimizer kernel has.
 template <typename... Params, size_t... I>
 static void* keep_arguments(PyObject* args, std::index_sequence<I...>) {{
-    return new std::tuple<std::decay_t<Params>...>(parse_arg<std::decay_t<Params>>(PyTuple_GET_ITEM(args, I + 2))...);
+    std::unique_ptr<ArgumentSlot[]> slots(new ArgumentSlot[sizeof...(Params)]);
+    ((slots[I] = parse_arg<std::decay_t<Params>>(PyTuple_GET_ITEM(args, I + 2))), ...);
+    return slots.release();
+}}
+
+template <typename... Params, size_t... I>
+static void run_kept(void* kept, std::index_sequence<I...>) {{
+    const ArgumentSlot* slots = static_cast<const ArgumentSlot*>(kept);
+    {entry_func}(slot_value<std::decay_t<Params>>(slots[I])...);
 }}
 
 template <typename... Params>
 static PyObject* launch(void (*)(Params...), PyObject* args) {{
-    using Arguments = std::tuple<std::decay_t<Params>...>;
     if (PyTuple_GET_SIZE(args) != sizeof...(Params) + 2) throw std::runtime_error("requires {arg_len} arguments after the name and device");
     static const char* name = kernel_name(PyUnicode_AsUTF8(PyTuple_GET_ITEM(args, 0)));
     const long device = PyLong_AsLong(PyTuple_GET_ITEM(args, 1));
     void* arguments = keep_arguments<Params...>(args, std::index_sequence_for<Params...>{{}});
     const char* error = launch_kernel(
         name, static_cast<int>(device),
-        [](void* kept) {{ std::apply({entry_func}, *static_cast<Arguments*>(kept)); }},
+        [](void* kept) {{ run_kept<Params...>(kept, std::index_sequence_for<Params...>{{}}); }},
         arguments,
-        [](void* kept) {{ delete static_cast<Arguments*>(kept); }});
+        [](void* kept) {{ delete[] static_cast<ArgumentSlot*>(kept); }});
     if (error != nullptr) throw std::runtime_error(error);
     Py_RETURN_NONE;
 }}
