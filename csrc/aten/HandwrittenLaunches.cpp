@@ -296,13 +296,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm_meta(
   TORCH_CHECK(
       at::isFloatingType(input.scalar_type()) && !at::isComplexType(input.scalar_type()),
       "batch_norm: expected a floating-point input");
-  for (const auto* tensor : {&weight, &bias, &running_mean, &running_var}) {
-    check_channel_vector(*tensor, channels);
-  }
   // native_batch_norm.out gives strided inputs or statistics wrong results (OpInfo's
   // non-contiguous samples); the functional CPU kernel takes them on the calling thread.
   bool dense = input.is_contiguous(input.suggest_memory_format());
   for (const auto* tensor : {&weight, &bias, &running_mean, &running_var}) {
+    check_channel_vector(*tensor, channels);
     dense = dense && (!tensor->has_value() || !(*tensor)->defined() || (*tensor)->is_contiguous());
   }
   TORCH_CHECK(dense, "native_batch_norm: strided arguments vdev runs on the calling thread");
