@@ -140,19 +140,20 @@ at::Tensor empty_strided_tensor(
   return tensor;
 }
 
-at::Tensor LaunchAliases::alias(const at::Tensor& tensor) {
-  const c10::StorageImpl* device_storage = tensor.storage().unsafeGetStorageImpl();
-  for (const auto& [shown, alias_storage] : storages_) {
-    if (shown == device_storage) {
-      return cpu_alias_over(tensor, alias_storage, AliasVersion::kOwn);
-    }
-  }
-  c10::Storage alias_storage(c10::make_intrusive<c10::StorageImpl>(
-      c10::StorageImpl::use_byte_size_t(), device_storage->nbytes(),
-      c10::DataPtr(const_cast<void*>(device_storage->data()), c10::Device(c10::kCPU)),
-      /*allocator=*/nullptr, /*resizable=*/false));
-  storages_.emplace_back(device_storage, alias_storage);
-  return cpu_alias_over(tensor, std::move(alias_storage), AliasVersion::kOwn);
+LaunchedTensor LaunchedTensor::of(const at::Tensor& tensor) {
+  c10::TensorImpl* impl = tensor.unsafeGetTensorImpl();
+  const c10::StorageImpl* storage = impl->unsafe_storage().unsafeGetStorageImpl();
+  return LaunchedTensor{
+      storage,
+      const_cast<void*>(storage->data()),
+      storage->nbytes(),
+      impl->dtype(),
+      c10::SmallVector<int64_t, 5>(impl->sizes().begin(), impl->sizes().end()),
+      c10::SmallVector<int64_t, 5>(impl->strides().begin(), impl->strides().end()),
+      impl->storage_offset(),
+      impl->is_conj(),
+      impl->is_neg(),
+      impl->is_inference()};
 }
 
 namespace {
@@ -265,24 +266,60 @@ at::Tensor shared_cpu_alias(const at::Tensor& tensor) {
 }
 } // namespace
 
-at::Tensor cpu_alias_over(const at::Tensor& tensor, c10::Storage alias_storage, AliasVersion version) {
-  // The alias is an inference tensor exactly when the tensor is one (a TensorImpl
-  // takes that from the mode it is made in). Sharing the tensor's version counter, a
-  // write through the alias bumps the tensor's version as the same write on CPU would.
+namespace {
+// A CPU tensor over `alias_storage` with the given geometry. It is an inference tensor
+// exactly when `inference` (a TensorImpl takes that from the mode it is made in), and
+// has a version counter of its own unless it is one.
+at::Tensor new_cpu_alias(
+    c10::Storage alias_storage, caffe2::TypeMeta dtype, bool inference, c10::IntArrayRef sizes,
+    c10::IntArrayRef strides, int64_t storage_offset, bool conj, bool neg) {
   std::optional<c10::InferenceMode> same_inference_mode;
-  if (tensor.is_inference() != c10::InferenceMode::is_enabled()) {
-    same_inference_mode.emplace(tensor.is_inference());
+  if (inference != c10::InferenceMode::is_enabled()) {
+    same_inference_mode.emplace(inference);
   }
   auto alias = at::detail::make_tensor<c10::TensorImpl>(
-      std::move(alias_storage), c10::DispatchKeySet(c10::DispatchKey::CPU), tensor.dtype());
+      std::move(alias_storage), c10::DispatchKeySet(c10::DispatchKey::CPU), dtype);
   auto* impl = alias.unsafeGetTensorImpl();
-  impl->set_sizes_and_strides(tensor.sizes(), tensor.strides(), tensor.storage_offset());
-  impl->_set_conj(tensor.is_conj());
-  impl->_set_neg(tensor.is_neg());
-  if (version == AliasVersion::kShared && !tensor.is_inference()) {
-    impl->set_version_counter(tensor.unsafeGetTensorImpl()->version_counter());
+  impl->set_sizes_and_strides(sizes, strides, storage_offset);
+  impl->_set_conj(conj);
+  impl->_set_neg(neg);
+  return alias;
+}
+} // namespace
+
+at::Tensor cpu_alias_over(const at::Tensor& tensor, c10::Storage alias_storage) {
+  at::Tensor alias = new_cpu_alias(
+      std::move(alias_storage), tensor.dtype(), tensor.is_inference(), tensor.sizes(), tensor.strides(),
+      tensor.storage_offset(), tensor.is_conj(), tensor.is_neg());
+  // Sharing the tensor's version counter, a write through the alias bumps the tensor's
+  // version as the same write on CPU would.
+  if (!tensor.is_inference()) {
+    alias.unsafeGetTensorImpl()->set_version_counter(tensor.unsafeGetTensorImpl()->version_counter());
   }
   return alias;
+}
+
+at::Tensor LaunchAliases::alias(const LaunchedTensor& tensor) {
+  c10::Storage* alias_storage = nullptr;
+  for (auto& [shown, storage] : storages_) {
+    if (shown == tensor.device_storage) {
+      alias_storage = &storage;
+      break;
+    }
+  }
+  if (alias_storage == nullptr) {
+    alias_storage = &storages_
+                         .emplace_back(
+                             tensor.device_storage,
+                             c10::Storage(c10::make_intrusive<c10::StorageImpl>(
+                                 c10::StorageImpl::use_byte_size_t(), tensor.storage_nbytes,
+                                 c10::DataPtr(tensor.data, c10::Device(c10::kCPU)),
+                                 /*allocator=*/nullptr, /*resizable=*/false)))
+                         .second;
+  }
+  return new_cpu_alias(
+      *alias_storage, tensor.dtype, tensor.inference, tensor.sizes, tensor.strides, tensor.storage_offset,
+      tensor.conj, tensor.neg);
 }
 
 at::Tensor cpu_alias(const at::Tensor& tensor) {

@@ -135,13 +135,9 @@ void end_copy_on_write(const at::Tensor& tensor);
 // The same over `alias_storage`, an alias storage of `tensor`'s device storage made
 // for another tensor. ATen's overlap checks (in-place ops, copies) compare storages,
 // so tensors that share memory must reach one kernel as aliases sharing one storage.
-// An alias for the calling thread shares the tensor's version counter; one for a kernel
-// launched on a stream has its own: the host bumped the version when it launched the
-// op, and a bump when the kernel runs would come at a time the host cannot order
-// (autograd would see a saved tensor change under it).
-enum class AliasVersion { kShared, kOwn };
-at::Tensor cpu_alias_over(
-    const at::Tensor& tensor, c10::Storage alias_storage, AliasVersion version = AliasVersion::kShared);
+// The alias shares the tensor's version counter (a kernel launched on a stream gets
+// aliases with their own: LaunchAliases).
+at::Tensor cpu_alias_over(const at::Tensor& tensor, c10::Storage alias_storage);
 
 // cpu_alias for the arguments of a CPU kernel, leaving copy-on-write memory shared (the
 // caller ends the sharing of the arguments the kernel writes). Making an alias (a TensorImpl and a
@@ -159,16 +155,42 @@ void release_cpu_alias(c10::TensorImpl& tensor, at::Tensor&& alias);
 at::Tensor empty_strided_tensor(
     c10::IntArrayRef sizes, c10::IntArrayRef strides, c10::ScalarType dtype, c10::DeviceIndex device);
 
+// A vdev tensor as a kernel launched on a stream will see it: its memory and geometry
+// at the launch (the host may change them before the kernel runs), noted on the
+// launching thread. Noting copies a few words; the CPU alias (a StorageImpl, a
+// TensorImpl, a version counter) is made by LaunchAliases, for a launched op on the
+// stream's worker when its kernel runs.
+struct LaunchedTensor {
+  static LaunchedTensor of(const at::Tensor& tensor);
+
+  // Which storage: tensors noted for one kernel are alive while they are noted, so
+  // distinct pointers are distinct storages. Never dereferenced afterwards.
+  const c10::StorageImpl* device_storage;
+  void* data;
+  size_t storage_nbytes;
+  caffe2::TypeMeta dtype;
+  c10::SmallVector<int64_t, 5> sizes;
+  c10::SmallVector<int64_t, 5> strides;
+  int64_t storage_offset;
+  bool conj;
+  bool neg;
+  bool inference;
+};
+
 // CPU aliases for a kernel launched on a stream: CPU tensors over vdev tensors' memory
-// as it is at the launch (data pointer, sizes, strides, offset: the host may change
-// them before the kernel runs) that do not own it. As on CUDA, queued work keeps no
-// memory alive: the caching allocator reuses a freed block only for work ordered after
-// it on the block's stream, and other streams' use must be recorded (record_stream).
+// as it was at the launch that do not own it. As on CUDA, queued work keeps no memory
+// alive: the caching allocator reuses a freed block only for work ordered after it on
+// the block's stream, and other streams' use must be recorded (record_stream).
 // Tensors over one device storage get aliases over one CPU storage, so kernels see
-// their overlap as on the CPU.
+// their overlap as on the CPU. Each alias has its own version counter: the host bumped
+// the version when it launched the op, and a bump when the kernel runs would come at a
+// time the host cannot order (autograd would see a saved tensor change under it).
 class LaunchAliases {
  public:
-  at::Tensor alias(const at::Tensor& tensor);
+  at::Tensor alias(const LaunchedTensor& tensor);
+  at::Tensor alias(const at::Tensor& tensor) {
+    return alias(LaunchedTensor::of(tensor));
+  }
 
  private:
   c10::SmallVector<std::pair<const c10::StorageImpl*, c10::Storage>, 4> storages_;
