@@ -16,6 +16,7 @@
 #include <ATen/MemoryOverlap.h>
 #include <c10/core/StorageImpl.h>
 
+#include <atomic>
 #include <exception>
 #include <mutex>
 #include <string>
@@ -213,8 +214,7 @@ void take_geometry(const at::Tensor& original, const at::Tensor& meta, c10::Devi
   impl->set_sizes_and_strides(meta.sizes(), meta.strides(), meta.storage_offset());
 }
 
-// What a launched kernel's output must keep: a kernel that changes it (resizes an
-// out= argument, leaves it a lazy conjugate) would leave the host's tensor wrong.
+// What a launched kernel's output must keep (KernelArguments::keep_outputs_as_sized).
 struct OutputShape {
   const void* data;
   c10::SmallVector<int64_t, 5> sizes;
@@ -250,6 +250,103 @@ void restore_layout(at::Tensor& output, const OutputShape& intended) {
   output.unsafeGetTensorImpl()->set_sizes_and_strides(intended.sizes, intended.strides, intended.offset);
   output.copy_(written);
 }
+
+
+// A launched kernel's stack: its arguments as captured at the launch, with CPU aliases
+// (LaunchAliases) for its vdev tensors. The launching thread only notes those tensors
+// (LaunchedTensor); their aliases are made when the kernel first runs, on the stream's
+// worker. A graph's recorded kernel runs once per replay, and replays may run at once:
+// the first makes the aliases, under a lock, and every replay runs on them.
+class KernelArguments {
+ public:
+  KernelArguments() = default;
+  // Moved only before any run (into the kernel that launches it).
+  KernelArguments(KernelArguments&& other) noexcept
+      : stack_(std::move(other.stack_)), noted_(std::move(other.noted_)) {}
+  KernelArguments& operator=(KernelArguments&&) = delete;
+  KernelArguments(const KernelArguments&) = delete;
+  KernelArguments& operator=(const KernelArguments&) = delete;
+
+  // The stack, without aliases, while the launch fills it with `size` values.
+  std::vector<c10::IValue>& stack(size_t size) {
+    stack_.reserve(size);
+    noted_.reserve(size);
+    return stack_;
+  }
+
+  // `tensor`, a vdev tensor as it is now, goes at `position` of the stack (element
+  // `element` of the list there, or -1); `written` if the kernel writes it.
+  void note(const at::Tensor& tensor, size_t position, int element, bool written) {
+    noted_.emplace_back(tensor, position, element, written);
+  }
+
+  // The stack with the aliases in place, made at the first run. `only_run`: no other
+  // run may come at once (no graph recorded the kernel).
+  std::vector<c10::IValue>& with_aliases(bool only_run) {
+    if (only_run) {
+      make_aliases();
+    } else if (!made_.load(std::memory_order_acquire)) {
+      std::lock_guard<std::mutex> lock(making_);
+      if (!made_.load(std::memory_order_relaxed)) {
+        make_aliases();
+        made_.store(true, std::memory_order_release);
+      }
+    }
+    return stack_;
+  }
+
+  // After the kernel ran: its outputs must be as the host sized them. A kernel that
+  // changes one (resizes an out= argument, leaves it a lazy conjugate) would leave the
+  // host's tensor wrong.
+  void keep_outputs_as_sized() {
+    for (size_t i = 0; i < outputs_.size(); ++i) {
+      const OutputShape written = OutputShape::of(outputs_[i]);
+      if (written == shapes_[i]) {
+        continue;
+      }
+      TORCH_CHECK(
+          written.restrided_from(shapes_[i]), "the CPU kernel changed the shape, memory or math bits ",
+          "of an output its meta kernel sized (", kBackendName, " cannot launch this op)");
+      restore_layout(outputs_[i], shapes_[i]);
+    }
+  }
+
+ private:
+  void make_aliases() {
+    LaunchAliases aliases;
+    for (const Noted& noted : noted_) {
+      at::Tensor alias = aliases.alias(noted.tensor);
+      if (noted.written) {
+        shapes_.push_back(OutputShape::of(alias));
+        outputs_.push_back(alias);
+      }
+      if (noted.element < 0) {
+        stack_[noted.position] = std::move(alias);
+      } else {
+        stack_[noted.position].toList().set(noted.element, std::move(alias));
+      }
+    }
+  }
+
+  struct Noted {
+    Noted(const at::Tensor& tensor, size_t position, int element, bool written)
+        : tensor(tensor), position(static_cast<uint32_t>(position)), element(element), written(written) {}
+
+    LaunchedTensor tensor;
+    uint32_t position;
+    int element;
+    bool written;
+  };
+  std::vector<c10::IValue> stack_;
+  // A std::vector: the kernel's body is moved a few times on its way to the stream,
+  // and moving inline elements (each with its sizes and strides) cost more than the
+  // allocation.
+  std::vector<Noted> noted_;
+  c10::SmallVector<at::Tensor, 2> outputs_;
+  c10::SmallVector<OutputShape, 2> shapes_;
+  std::atomic<bool> made_{false};
+  std::mutex making_;
+};
 
 } // namespace
 
@@ -491,13 +588,17 @@ bool launch_op(const c10::OperatorHandle& op, const OperatorFacts& facts, torch:
 
   // The kernel's arguments, captured now. CPU tensors (scalars, index lists) are
   // copied, as CUDA stages host memory at the launch.
-  LaunchAliases aliases;
-  auto launched = [&aliases](const at::Tensor& tensor) -> at::Tensor {
+  KernelArguments kernel_arguments;
+  std::vector<c10::IValue>& kernel_stack = kernel_arguments.stack(argument_count + fresh.size());
+  // `tensor` for the kernel's stack at `position` (element `element` of the list there).
+  auto launched = [&kernel_arguments](const at::Tensor& tensor, size_t position, int element,
+                                      bool written) -> at::Tensor {
     if (!tensor.defined()) {
       return tensor;
     }
     if (is_vdev(tensor)) {
-      return aliases.alias(tensor);
+      kernel_arguments.note(tensor, position, element, written);
+      return at::Tensor();
     }
     // A Python number passed as a tensor is made for this call alone and never
     // written, so the kernel may hold it as it is.
@@ -506,73 +607,49 @@ bool launch_op(const c10::OperatorHandle& op, const OperatorFacts& facts, torch:
     }
     return tensor.clone();
   };
-  std::vector<c10::IValue> kernel_arguments;
-  kernel_arguments.reserve(argument_count + fresh.size());
-  for (const c10::IValue& value : arguments) {
+  for (size_t i = 0; i < argument_count; ++i) {
+    const c10::IValue& value = arguments[i];
     if (value.isTensor()) {
-      kernel_arguments.emplace_back(launched(value.toTensor()));
+      kernel_stack.emplace_back(launched(value.toTensor(), i, -1, facts.written[i]));
     } else if (value.isList()) {
       c10::impl::GenericList converted(value.toList().elementType());
       const c10::ArrayRef<c10::IValue> elements = value.toListRef();
       converted.reserve(elements.size());
-      for (const c10::IValue& element : elements) {
-        converted.push_back(element.isTensor() ? c10::IValue(launched(element.toTensor())) : element);
+      for (size_t j = 0; j < elements.size(); ++j) {
+        const c10::IValue& element = elements[j];
+        converted.push_back(
+            element.isTensor() ? c10::IValue(launched(element.toTensor(), i, static_cast<int>(j), false))
+                               : element);
       }
-      kernel_arguments.emplace_back(std::move(converted));
+      kernel_stack.emplace_back(std::move(converted));
     } else if (value.isDevice() && value.toDevice().type() == kDeviceType) {
-      kernel_arguments.emplace_back(c10::Device(c10::kCPU));
+      kernel_stack.emplace_back(c10::Device(c10::kCPU));
     } else {
-      kernel_arguments.push_back(value);
+      kernel_stack.push_back(value);
     }
   }
   for (const at::Tensor& output : fresh) {
-    kernel_arguments.emplace_back(output.defined() ? aliases.alias(output) : output);
-  }
-  // The outputs as the host sized them: the kernel must write them as they are.
-  c10::SmallVector<at::Tensor, 2> outputs;
-  for (size_t i = 0; i < argument_count; ++i) {
-    if (facts.written[i] && kernel_arguments[i].isTensor() && kernel_arguments[i].toTensor().defined()) {
-      outputs.push_back(kernel_arguments[i].toTensor());
-    }
-  }
-  for (size_t i = argument_count; i < kernel_arguments.size(); ++i) {
-    if (kernel_arguments[i].toTensor().defined()) {
-      outputs.push_back(kernel_arguments[i].toTensor());
-    }
-  }
-  std::vector<OutputShape> shapes;
-  shapes.reserve(outputs.size());
-  for (const at::Tensor& output : outputs) {
-    shapes.push_back(OutputShape::of(output));
+    kernel_stack.emplace_back(launched(output, kernel_stack.size(), -1, true));
   }
 
   launch(
       current_stream(device), name,
-      [cpu_op = *plan.cpu_op, cpu_kernel = plan.cpu_kernel, kernel_arguments = std::move(kernel_arguments),
-       outputs = std::move(outputs), shapes = std::move(shapes), name, device,
-       replay = ReplayKernel()](bool only_run) mutable {
+      [cpu_op = *plan.cpu_op, cpu_kernel = plan.cpu_kernel, kernel_arguments = std::move(kernel_arguments), name,
+       device, replay = ReplayKernel()](bool only_run) mutable {
         profiler::ActivityScope activity(profiler::ActivityKind::kKernel, name, device);
-        if (!only_run && cpu_kernel == nullptr && replay.run(cpu_op, kernel_arguments)) {
+        std::vector<c10::IValue>& prepared = kernel_arguments.with_aliases(only_run);
+        if (!only_run && cpu_kernel == nullptr && replay.run(cpu_op, prepared)) {
           return;
         }
         // A graph's recorded kernel runs again at each replay: it redispatches a copy.
-        torch::jit::Stack kernel_stack = only_run ? std::move(kernel_arguments) : kernel_arguments;
+        torch::jit::Stack kernel_stack = only_run ? std::move(prepared) : prepared;
         constexpr c10::DispatchKeySet kCpu(c10::DispatchKey::CPU);
         if (cpu_kernel != nullptr) {
           cpu_kernel->callBoxed(cpu_op, kCpu, &kernel_stack);
         } else {
           cpu_op.redispatchBoxed(kCpu, &kernel_stack);
         }
-        for (size_t i = 0; i < outputs.size(); ++i) {
-          const OutputShape written = OutputShape::of(outputs[i]);
-          if (written == shapes[i]) {
-            continue;
-          }
-          TORCH_CHECK(
-              written.restrided_from(shapes[i]), "the CPU kernel changed the shape, memory or math bits ",
-              "of an output its meta kernel sized (", kBackendName, " cannot launch this op)");
-          restore_layout(outputs[i], shapes[i]);
-        }
+        kernel_arguments.keep_outputs_as_sized();
       });
 
   c10::SmallVector<c10::IValue, 2> results;

@@ -140,21 +140,17 @@ at::Tensor empty_strided_tensor(
   return tensor;
 }
 
-LaunchedTensor LaunchedTensor::of(const at::Tensor& tensor) {
-  c10::TensorImpl* impl = tensor.unsafeGetTensorImpl();
-  const c10::StorageImpl* storage = impl->unsafe_storage().unsafeGetStorageImpl();
-  return LaunchedTensor{
-      storage,
-      const_cast<void*>(storage->data()),
-      storage->nbytes(),
-      impl->dtype(),
-      c10::SmallVector<int64_t, 5>(impl->sizes().begin(), impl->sizes().end()),
-      c10::SmallVector<int64_t, 5>(impl->strides().begin(), impl->strides().end()),
-      impl->storage_offset(),
-      impl->is_conj(),
-      impl->is_neg(),
-      impl->is_inference()};
-}
+LaunchedTensor::LaunchedTensor(const at::Tensor& tensor)
+    : device_storage(tensor.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl()),
+      data(const_cast<void*>(device_storage->data())),
+      storage_nbytes(device_storage->nbytes()),
+      dtype(tensor.dtype()),
+      sizes(tensor.sizes().begin(), tensor.sizes().end()),
+      strides(tensor.strides().begin(), tensor.strides().end()),
+      storage_offset(tensor.storage_offset()),
+      conj(tensor.is_conj()),
+      neg(tensor.is_neg()),
+      inference(tensor.is_inference()) {}
 
 namespace {
 at::Tensor with_geometry(

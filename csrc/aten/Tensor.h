@@ -161,7 +161,7 @@ at::Tensor empty_strided_tensor(
 // TensorImpl, a version counter) is made by LaunchAliases, for a launched op on the
 // stream's worker when its kernel runs.
 struct LaunchedTensor {
-  static LaunchedTensor of(const at::Tensor& tensor);
+  explicit LaunchedTensor(const at::Tensor& tensor);
 
   // Which storage: tensors noted for one kernel are alive while they are noted, so
   // distinct pointers are distinct storages. Never dereferenced afterwards.
@@ -189,7 +189,7 @@ class LaunchAliases {
  public:
   at::Tensor alias(const LaunchedTensor& tensor);
   at::Tensor alias(const at::Tensor& tensor) {
-    return alias(LaunchedTensor::of(tensor));
+    return alias(LaunchedTensor(tensor));
   }
 
  private:
