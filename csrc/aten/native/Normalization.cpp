@@ -3,6 +3,7 @@
 #include "aten/native/Normalization.h"
 
 #include "aten/CpuKernel.h"
+#include "aten/Tensor.h"
 
 #include <ATen/OpMathType.h>
 #include <ATen/core/Tensor.h>
@@ -91,6 +92,18 @@ bool defined(const std::optional<at::Tensor>& tensor) {
   return tensor.has_value() && tensor->defined();
 }
 
+// In training native_batch_norm and batch_norm_update_stats update the running statistics
+// in place, which their schemas do not mark written: a lazy clone's memory they share
+// copy-on-write is copied first, as a CPU write to it does, so the other clone keeps its values.
+void end_copy_on_write_of_running_statistics(
+    const std::optional<at::Tensor>& running_mean, const std::optional<at::Tensor>& running_var) {
+  for (const auto* statistic : {&running_mean, &running_var}) {
+    if (defined(*statistic)) {
+      end_copy_on_write(**statistic);
+    }
+  }
+}
+
 // The eval statistics (fill_eval_statistics) of a functional batch norm. A launched
 // native_batch_norm has filled them; the CPU kernel on the calling thread (strided
 // arguments, _native_batch_norm_legit, blocking launches) returns them empty.
@@ -123,6 +136,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm(
     const std::optional<at::Tensor>& running_mean, const std::optional<at::Tensor>& running_var, bool training,
     double momentum, double eps) {
   check_eval_statistics(training, defined(running_mean), defined(running_var));
+  if (training) {
+    end_copy_on_write_of_running_statistics(running_mean, running_var);
+  }
   auto result =
       CpuKernel<at::_ops::native_batch_norm>::call(input, weight, bias, running_mean, running_var, training, momentum, eps);
   return training ? result : with_eval_statistics(std::move(result), input, *running_mean, *running_var, eps);
@@ -133,12 +149,22 @@ std::tuple<at::Tensor&, at::Tensor&, at::Tensor&> native_batch_norm_out(
     const std::optional<at::Tensor>& running_mean, const std::optional<at::Tensor>& running_var, bool training,
     double momentum, double eps, at::Tensor& out, at::Tensor& save_mean, at::Tensor& save_invstd) {
   check_eval_statistics(training, defined(running_mean), defined(running_var));
+  if (training) {
+    end_copy_on_write_of_running_statistics(running_mean, running_var);
+  }
   CpuKernel<at::_ops::native_batch_norm_out>::call(
       input, weight, bias, running_mean, running_var, training, momentum, eps, out, save_mean, save_invstd);
   if (!training) {
     fill_eval_statistics_out(input, *running_mean, *running_var, eps, save_mean, save_invstd);
   }
   return {out, save_mean, save_invstd};
+}
+
+std::tuple<at::Tensor, at::Tensor> batch_norm_update_stats(
+    const at::Tensor& input, const std::optional<at::Tensor>& running_mean,
+    const std::optional<at::Tensor>& running_var, double momentum) {
+  end_copy_on_write_of_running_statistics(running_mean, running_var);
+  return CpuKernel<at::_ops::batch_norm_update_stats>::call(input, running_mean, running_var, momentum);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm_legit(
@@ -231,13 +257,13 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("nll_loss_backward.grad_input", TORCH_FN(nll_loss_backward_grad_input));
   m.impl("native_batch_norm", TORCH_FN(native_batch_norm));
   m.impl("native_batch_norm.out", TORCH_FN(native_batch_norm_out));
+  m.impl("batch_norm_update_stats", TORCH_FN(batch_norm_update_stats));
   m.impl("_native_batch_norm_legit", TORCH_FN(native_batch_norm_legit));
   m.impl("_native_batch_norm_legit.out", TORCH_FN(native_batch_norm_legit_out));
   m.impl("_native_batch_norm_legit.no_stats", TORCH_FN(native_batch_norm_legit_no_stats));
   m.impl("_native_batch_norm_legit.no_stats_out", TORCH_FN(native_batch_norm_legit_no_stats_out));
   register_cpu_kernels<
       at::_ops::native_batch_norm_backward,
-      at::_ops::batch_norm_update_stats,
       at::_ops::nll_loss2d_forward,
       at::_ops::nll_loss2d_forward_output,
       at::_ops::nll_loss2d_backward,
