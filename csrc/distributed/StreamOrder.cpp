@@ -21,10 +21,13 @@ struct StreamPoint::Marker {
   bool reached = false;
 };
 
-StreamPoint::StreamPoint(c10::DeviceIndex device, const char* op_name)
-    : marker_(std::make_shared<Marker>()) {
+StreamPoint::StreamPoint(c10::DeviceIndex device, const char* op_name) {
   const c10::Stream stream = current_stream(device);
   TORCH_INTERNAL_ASSERT(!is_stream_capturing(stream), op_name, ": a stream point in a graph capture");
+  if (query_stream(stream)) {
+    return;  // nothing queued: no marker to wait for
+  }
+  marker_ = std::make_shared<Marker>();
   launch(stream, op_name, [marker = marker_] {
     {
       std::lock_guard<std::mutex> lock(marker->mutex);
@@ -35,6 +38,9 @@ StreamPoint::StreamPoint(c10::DeviceIndex device, const char* op_name)
 }
 
 void StreamPoint::wait() const {
+  if (!marker_) {
+    return;
+  }
   std::unique_lock<std::mutex> lock(marker_->mutex);
   marker_->reached_changed.wait(lock, [this] { return marker_->reached; });
 }

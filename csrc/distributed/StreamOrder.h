@@ -17,7 +17,8 @@ namespace vdev {
 class StreamPoint {
  public:
   // Queues the point as a marker (named `op_name`, a string that outlives the call) on
-  // the stream, which must not be capturing a graph (graphs do not capture collectives).
+  // the stream, unless the stream is idle. The stream must not be capturing a graph
+  // (graphs do not capture collectives).
   StreamPoint(c10::DeviceIndex device, const char* op_name);
   // Blocks until the stream got past the point. A failed kernel before it does not stop
   // it (the kernel's error is the stream's, raised at its next synchronization).
@@ -25,7 +26,7 @@ class StreamPoint {
 
  private:
   struct Marker;
-  std::shared_ptr<Marker> marker_;
+  std::shared_ptr<Marker> marker_;  // nullptr: the stream was idle
 };
 
 // `Work.wait()`: work queued on the current stream of `device` after this call runs
