@@ -84,19 +84,22 @@ class CollectiveLaunch {
   std::vector<std::function<void()>> continuations_;
 };
 
-// "vccl all_reduce failed: <gloo's error>" for an error of gloo's work; the worker's
-// errors (CallAgreement's, SharedBoard's) already name the collective.
-[[noreturn]] void rethrow_naming(const char* op, const std::exception_ptr& error, bool from_transport) {
-  if (!from_transport) {
-    std::rethrow_exception(error);
-  }
+// gloo's `error` as "vccl all_reduce failed: <gloo's message>" (the worker's own
+// errors, CallAgreement's and SharedBoard's, name the collective already).
+std::exception_ptr failure_of(const char* op, const std::exception_ptr& error) {
+  std::string message;
   try {
     std::rethrow_exception(error);
   } catch (const c10::Error& e) {
-    TORCH_CHECK(false, kCollectiveBackendName, " ", op, " failed: ", e.what_without_backtrace());
+    message = e.what_without_backtrace();
   } catch (const std::exception& e) {
-    TORCH_CHECK(false, kCollectiveBackendName, " ", op, " failed: ", e.what());
+    message = e.what();
+  } catch (...) {
+    return error;
   }
+  return std::make_exception_ptr(c10::Error(
+      c10::SourceLocation{__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
+      c10::str(kCollectiveBackendName, " ", op, " failed: ", message)));
 }
 
 // The work of one collective: its launch on the worker, then gloo's work on the
@@ -254,9 +257,10 @@ class CollectiveWork final : public c10d::Work {
   bool wait_on_host(std::chrono::milliseconds timeout) const {
     TORCH_CHECK(
         launch_->wait(timeout), kCollectiveBackendName, " ", op_, ": timed out after ",
-        timeout.count(), " ms waiting for the other ranks' calls");
+        timeout.count(), " ms before the collective started (waiting for its stream or for the "
+        "other ranks' calls)");
     if (launch_->error()) {
-      rethrow_naming(op_, launch_->error(), /*from_transport=*/false);
+      std::rethrow_exception(launch_->error());
     }
     if (!launch_->transport_work()->wait(timeout)) {
       return false;
@@ -271,12 +275,12 @@ class CollectiveWork final : public c10d::Work {
         device_, "Work.wait", [op = op_, launch = launch_, completion = completion_, timeout] {
           launch->wait(kNoTimeout);  // the worker's own waits time out
           if (launch->error()) {
-            rethrow_naming(op, launch->error(), /*from_transport=*/false);
+            std::rethrow_exception(launch->error());
           }
           try {
             launch->transport_work()->wait(timeout);
           } catch (...) {
-            rethrow_naming(op, std::current_exception(), /*from_transport=*/true);
+            std::rethrow_exception(failure_of(op, std::current_exception()));
           }
           completion->run();
         });
@@ -492,8 +496,9 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::run(
     agreement.emplace(call);
   }
   auto collective = std::make_shared<CollectiveLaunch>();
-  worker_.post([this, agreement = std::move(agreement), inputs = StreamPoint(device, call.op),
-                launch = std::move(launch), collective]() mutable {
+  worker_.post([this, op = call.op, agreement = std::move(agreement),
+                inputs = StreamPoint(device, call.op), launch = std::move(launch),
+                collective]() mutable {
     c10::intrusive_ptr<c10d::Work> transport_work;
     std::exception_ptr error;
     try {
@@ -504,9 +509,15 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::run(
       if (agreement) {
         agreement->verify(transport_->getBackendOptions()->timeout);
       }
-      transport_work = launch();
     } catch (...) {
       error = std::current_exception();
+    }
+    if (!error) {
+      try {
+        transport_work = launch();
+      } catch (...) {
+        error = failure_of(op, std::current_exception());
+      }
     }
     collective->finish(std::move(transport_work), std::move(error));
   });
