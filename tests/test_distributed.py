@@ -386,6 +386,88 @@ class CollectiveTests:
         result.copy_(gathered)  # queued behind the sleep, after the wait
         torch.testing.assert_close(result.cpu(), torch.arange(1.0, self.world_size + 1))
 
+    def test_call_returns_before_its_stream_and_peers(self):
+        """A collective's call returns at once, as NCCL's: before its stream ran the
+        kernels queued before it, and before the other ranks called it (rank 0 calls it
+        before a CPU collective, the others after: if rank 0's call waited for theirs,
+        neither would return). The collective still reduces what those kernels wrote,
+        and work queued after Work.wait() sees the result; both as gloo on CPU."""
+        expected = torch.full((64,), float(self.rank + 1)) * 2
+        dist.all_reduce(expected)
+        tensor = torch.full((64,), float(self.rank + 1), device=self.device)
+        torch.vdev._sleep(1000)
+        tensor.mul_(2)  # queued behind the sleep
+        cpu_meeting = torch.zeros(1)
+        if self.rank != 0:
+            dist.all_reduce(cpu_meeting)
+        work = dist.all_reduce(tensor, async_op=True)
+        self.assertFalse(torch.vdev.current_stream().query())  # still sleeping
+        if self.rank == 0:
+            dist.all_reduce(cpu_meeting)
+        work.wait()
+        result = tensor + 1  # queued behind the wait
+        torch.testing.assert_close(result.cpu(), expected + 1, rtol=0, atol=0)
+        self.assertTrue(work.is_completed())
+
+    def test_queued_collectives_keep_their_order(self):
+        """Collectives called back to back on two streams, each behind kernels still
+        queued, reach gloo in call order on every rank: each communicates what its own
+        stream wrote before the call, as the same collectives on CPU tensors with gloo."""
+        n = self.world_size
+
+        def run(device, streams):
+            outputs, works = [], []
+            for i in range(6):
+                with torch.vdev.stream(streams[i % 2]) if streams else torch.device(device):
+                    if streams:
+                        torch.vdev._sleep(50)
+                    tensor = rank_data(self.rank, (5,), torch.float32, device, salt=i)
+                    tensor.mul_(i + 1)
+                    if i % 3 == 0:
+                        works.append(dist.all_reduce(tensor, async_op=True))
+                        outputs.append(tensor)
+                    elif i % 3 == 1:
+                        works.append(dist.broadcast(tensor, src=i % n, async_op=True))
+                        outputs.append(tensor)
+                    else:
+                        gathered = torch.zeros(5 * n, device=device)
+                        works.append(dist.all_gather_into_tensor(gathered, tensor, async_op=True))
+                        outputs.append(gathered)
+            for i, work in enumerate(works):
+                with torch.vdev.stream(streams[i % 2]) if streams else torch.device(device):
+                    work.wait()
+            if streams:
+                torch.vdev.synchronize()  # the side stream's waits, before the reads below
+            return [output.cpu() for output in outputs]
+
+        expected = run(torch.device("cpu"), None)
+        actual = run(self.device, [torch.vdev.current_stream(), torch.vdev.Stream()])
+        for got, want in zip(actual, expected, strict=True):
+            torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+    def test_mismatch_raises_where_waited_for(self):
+        """A mismatch found by the communication worker fails the work: its future
+        raises, as does a later Work.wait(); the group stays usable."""
+        work = dist.all_reduce(torch.ones(2 + self.rank, device=self.device), async_op=True)
+        pattern = rf"{VCCL} all_reduce: the ranks' calls do not match \(their sizes differ\)"
+        with self.assertRaisesRegex(RuntimeError, pattern):
+            work.get_future().wait()
+        self.assertTrue(work.is_completed())
+        self.assertFalse(work.is_success())
+        with self.assertRaisesRegex(RuntimeError, pattern):
+            work.wait()
+        tensor = torch.full((3,), float(self.rank), device=self.device)
+        dist.all_reduce(tensor)
+        torch.testing.assert_close(tensor.cpu(), torch.full((3,), float(sum(range(self.world_size)))))
+
+    def test_collectives_refused_while_capturing(self):
+        tensor = torch.ones(4, device=self.device)
+        with self.assertRaisesRegex(RuntimeError, f"{VCCL} all_reduce: cannot run a collective on a stream that is capturing a graph"):
+            with torch.vdev.graph(torch.vdev.VDEVGraph()):
+                dist.all_reduce(tensor)
+        dist.all_reduce(tensor)
+        torch.testing.assert_close(tensor.cpu(), torch.full((4,), float(self.world_size)))
+
     def test_barriers(self):
         dist.barrier()
         dist.barrier(device_ids=[self.device.index])
@@ -399,7 +481,9 @@ class CollectiveTests:
         """Ranks whose calls differ in sizes, dtypes or collectives get an error naming
         each rank's call, on every rank, before anything is sent (gloo would abort the
         process on a size mismatch and compute garbage on dtypes of one size); the group
-        stays usable."""
+        stays usable. As NCCL's errors found while communicating, it raises where the
+        collective is waited for: here the stream's next synchronization, behind the
+        wait a collective without async_op queues."""
         other_size = self.rank % 2  # rank 1 differs from rank 0 (and rank 2 from rank 1)
         floating = torch.float32 if other_size == 0 else torch.int32  # same itemsize
         calls = [
@@ -437,6 +521,7 @@ class CollectiveTests:
             pattern = rf"{VCCL} {op}: the ranks' calls do not match \(their {differing} differ\): rank 0: {calls_named}"
             with self.assertRaisesRegex(RuntimeError, pattern):
                 call()
+                torch.vdev.synchronize()
             # Nothing was sent: the group still works.
             tensor = torch.full((3,), float(self.rank))
             dist.all_reduce(tensor)
@@ -740,7 +825,7 @@ class TestFallbacks(FreshProcessesTest):
         self.init(VCCL)
         self.assertFalse(torch_vdev._C.compares_calls_in_shared_memory(dist.group.WORLD._get_backend(self.device)))
         with self.assertRaisesRegex(RuntimeError, rf"{VCCL} all_reduce: the ranks' calls do not match \(their sizes differ\)"):
-            dist.all_reduce(torch.ones(2 + self.rank, device=self.device))
+            dist.all_reduce(torch.ones(2 + self.rank, device=self.device), async_op=True).get_future().wait()
         torch.testing.assert_close(self.summed().cpu(), torch.full((3,), 3.0))
 
 
@@ -755,7 +840,7 @@ class TestFaults(FreshProcessesTest):
             return
         start = time.monotonic()
         with self.assertRaisesRegex(RuntimeError, "rank 1 left the process group"):
-            self.summed()
+            self.summed().cpu()
         self.assertLess(time.monotonic() - start, 20)
 
     def test_peer_process_exits(self):
@@ -767,7 +852,7 @@ class TestFaults(FreshProcessesTest):
             os._exit(0)
         start = time.monotonic()
         with self.assertRaisesRegex(RuntimeError, r"rank 1 \(process \d+\) exited before making this call"):
-            self.summed()
+            self.summed().cpu()
         self.assertLess(time.monotonic() - start, 30)
 
     def test_collective_fails_after_wait(self):
@@ -796,7 +881,7 @@ class TestFaults(FreshProcessesTest):
             return
         start = time.monotonic()
         with self.assertRaisesRegex(RuntimeError, "[Tt]imed out"):
-            self.summed()
+            self.summed().cpu()
         self.assertLess(time.monotonic() - start, 6)
 
 

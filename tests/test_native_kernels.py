@@ -6,6 +6,8 @@ import sys
 
 import pytest
 import torch
+import torch._decomp
+import torch.nn.functional as F
 from torch.testing import assert_close
 
 import torch_vdev
@@ -145,3 +147,99 @@ def test_layer_norm_statistics_in_float_as_on_cuda(dtype):
     for cpu_leaf, vdev_leaf in zip((cpu_input, cpu_weight, cpu_bias), leaves):
         assert vdev_leaf.grad.dtype == dtype
         assert_close(vdev_leaf.grad.cpu(), cpu_leaf.grad, atol=2e-2, rtol=2e-2)
+
+
+def _batch_norm_eval_arguments(dtype, device):
+    generator = torch.Generator().manual_seed(0)
+    tensors = [
+        torch.randn(4, 3, 6, generator=generator, dtype=dtype),
+        torch.randn(3, generator=generator, dtype=dtype),
+        torch.randn(3, generator=generator, dtype=dtype),
+        torch.randn(3, generator=generator, dtype=dtype),
+        torch.rand(3, generator=generator, dtype=dtype) + 0.5,
+    ]
+    return [tensor.to(device) for tensor in tensors]
+
+
+_aten = torch.ops.aten
+# Each: the op in evaluation, how the input reaches it, its scalar arguments, and whether
+# it is launched on the stream (a dense input's native_batch_norm) or runs the CPU kernel
+# on the calling thread.
+BATCH_NORM_EVAL_CASES = {
+    "native_batch_norm": (_aten.native_batch_norm.default, lambda x: x, (False, 0.1, 1e-5), True),
+    "native_batch_norm_strided": (_aten.native_batch_norm.default, lambda x: x[..., ::2], (False, 0.1, 1e-5), False),
+    "_native_batch_norm_legit": (_aten._native_batch_norm_legit.default, lambda x: x, (False, 0.1, 1e-5), False),
+    "_native_batch_norm_legit_no_training": (
+        _aten._native_batch_norm_legit_no_training.default, lambda x: x, (0.1, 1e-5), False),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("case", BATCH_NORM_EVAL_CASES)
+def test_batch_norm_eval_statistics_as_on_cuda(case, dtype):
+    # In evaluation CUDA returns the running mean and 1 / sqrt(running_var + eps), one per
+    # channel in the accumulation type, where the CPU returns empty tensors: PyTorch's
+    # decomposition gives every device but the CPU CUDA's. The output is the CPU's.
+    op, take, scalars, launched = BATCH_NORM_EVAL_CASES[case]
+    x, weight, bias, running_mean, running_var = _batch_norm_eval_arguments(dtype, "vdev")
+    torch.vdev.synchronize()
+    torch_vdev.reset_synchronizing_op_stats()
+    output, save_mean, save_invstd = op(take(x), weight, bias, running_mean, running_var, *scalars)
+    calling_thread_ops = [name for name in torch_vdev.synchronizing_op_stats() if "batch_norm" in name]
+    assert bool(calling_thread_ops) != launched
+    reference = torch._decomp.decomposition_table[op](take(x), weight, bias, running_mean, running_var, *scalars)
+    for result, expected in zip((save_mean, save_invstd), reference[1:]):
+        assert (result.shape, result.dtype) == (torch.Size([3]), expected.dtype)
+        assert_close(result.cpu(), expected.cpu())
+    cpu_arguments = _batch_norm_eval_arguments(dtype, "cpu")
+    cpu_output = op(take(cpu_arguments[0]), *cpu_arguments[1:], *scalars)[0]
+    assert_close(output.cpu(), cpu_output, atol=0, rtol=0)
+
+
+def test_batch_norm_eval_statistics_out_resized_as_on_cuda():
+    # CUDA's out= kernel resizes save_mean and save_invstd to one per channel and fills
+    # them in evaluation; the CPU's leaves them as given.
+    x, weight, bias, running_mean, running_var = _batch_norm_eval_arguments(torch.float32, "vdev")
+    expected = _aten.native_batch_norm.default(x, weight, bias, running_mean, running_var, False, 0.1, 1e-5)
+    for op in (_aten.native_batch_norm.out, _aten._native_batch_norm_legit.out):
+        out, save_mean, save_invstd = (torch.empty(0, device="vdev") for _ in range(3))
+        op(x, weight, bias, running_mean, running_var, False, 0.1, 1e-5, out=out, save_mean=save_mean, save_invstd=save_invstd)
+        for result, reference in zip((out, save_mean, save_invstd), expected):
+            assert_close(result.cpu(), reference.cpu(), atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("strided", [False, True], ids=["launched", "strided"])
+def test_batch_norm_eval_gradients_equal_cpu(strided):
+    cpu_x, cpu_weight, cpu_bias, running_mean, running_var = _batch_norm_eval_arguments(torch.float64, "cpu")
+    cpu_leaves = [t.requires_grad_() for t in (cpu_x, cpu_weight, cpu_bias)]
+    vdev_leaves = [t.detach().to("vdev").requires_grad_() for t in cpu_leaves]
+
+    def forward(x, weight, bias):
+        x = x[..., ::2] if strided else x
+        return F.batch_norm(x, running_mean.to(x.device), running_var.to(x.device), weight, bias, training=False)
+
+    cpu_output = forward(*cpu_leaves)
+    grad = torch.randn_like(cpu_output)
+    cpu_output.backward(grad)
+    forward(*vdev_leaves).backward(grad.to("vdev"))
+    for cpu_leaf, vdev_leaf in zip(cpu_leaves, vdev_leaves):
+        assert_close(vdev_leaf.grad.cpu(), cpu_leaf.grad)
+    inputs = [t.detach().to("vdev").requires_grad_() for t in cpu_leaves]
+    assert torch.autograd.gradcheck(forward, inputs)
+    assert torch.autograd.gradgradcheck(forward, inputs)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda x: torch.native_batch_norm(x, None, None, None, None, False, 0.1, 1e-5),
+        lambda x: torch.native_batch_norm(x[..., ::2], None, None, None, None, False, 0.1, 1e-5),
+        lambda x: _aten._native_batch_norm_legit.no_stats(x, None, None, False, 0.1, 1e-5),
+    ],
+    ids=["native_batch_norm", "native_batch_norm_strided", "_native_batch_norm_legit_no_stats"],
+)
+def test_batch_norm_eval_without_running_statistics_raises(call):
+    # CUDA refuses; the CPU kernel reads the missing statistics and crashes the process.
+    with pytest.raises(RuntimeError, match="running_mean and running_var must be defined in evaluation mode"):
+        call(torch.randn(4, 3, 6, device="vdev"))
+    assert torch.ones(2, device="vdev").sum().item() == 2

@@ -227,6 +227,11 @@ def test_lazy_clone_stays_shared_when_read():
     assert total.cpu().tolist() == [0.0, 2.0, 4.0, 6.0]
 
 
+def _channels(like, length):
+    # A batch of 2 with 4 channels on `like`'s device, the same values on every device.
+    return torch.arange(8.0 * length).reshape(2, 4, length).sin().to(like.device)
+
+
 @pytest.mark.parametrize(
     "write",
     [
@@ -236,8 +241,16 @@ def test_lazy_clone_stays_shared_when_read():
         lambda t: t.__setitem__(1, 9.0),
         lambda t: torch.mul(torch.ones(4, device=t.device), 3, out=t),
         lambda t: torch._foreach_add_([t], 1),
+        # Batch norm updates its running statistics in place, which its schema does not mark written.
+        lambda t: torch.native_batch_norm(_channels(t, 3), None, None, t, torch.ones(4, device=t.device), True, 0.5, 1e-5),
+        lambda t: torch.native_batch_norm(
+            _channels(t, 6)[..., ::2], None, None, torch.zeros(4, device=t.device), t, True, 0.5, 1e-5),
+        lambda t: torch.batch_norm_update_stats(_channels(t, 3), t, torch.ones(4, device=t.device), 0.5),
     ],
-    ids=["in-place op", "fill_", "copy_", "setitem", "out=", "foreach op"],
+    ids=[
+        "in-place op", "fill_", "copy_", "setitem", "out=", "foreach op", "batch norm (launched)",
+        "batch norm (strided)", "batch_norm_update_stats",
+    ],
 )
 @pytest.mark.parametrize("written", ["clone", "original"])
 def test_writing_a_lazy_clone_leaves_the_other_unchanged(write, written):

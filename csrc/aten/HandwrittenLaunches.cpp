@@ -9,6 +9,7 @@
 // ATen's functional kernel and a copy (convolution, layer norm, batch norm's backward,
 // embedding backward, flash attention: their CPU kernels allocate their results).
 #include "aten/MetaKernels.h"
+#include "aten/native/Normalization.h"
 
 #include <ATen/EmptyTensor.h>
 #include <ATen/TensorIterator.h>
@@ -29,6 +30,7 @@
 #include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu_backward_ops.h>
 #include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu_ops.h>
 #include <ATen/ops/embedding_dense_backward_ops.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/abs_ops.h>
 #include <ATen/ops/index_select_ops.h>
@@ -261,7 +263,7 @@ std::tuple<at::Tensor&, at::Tensor&, at::Tensor&> native_layer_norm_backward_cpu
   return {grad_input, grad_weight, grad_bias};
 }
 
-// --- native_batch_norm: native_batch_norm.out has a CPU kernel; the backward copies.
+// --- native_batch_norm: native_batch_norm.out's CPU kernel writes the outputs; the backward copies.
 
 int64_t batch_norm_channels(const at::Tensor& input) {
   TORCH_CHECK(input.dim() >= 2, "batch_norm: expected an input with at least 2 dimensions");
@@ -308,11 +310,35 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm_meta(
       training || (running_mean.has_value() && running_mean->defined() && running_var.has_value() &&
                    running_var->defined()),
       "batch_norm: running_mean and running_var must be defined in evaluation mode");
-  const c10::ScalarType stat_type = batch_norm_stat_type(input, weight, bias, running_mean, running_var);
-  const int64_t stat_size = training ? channels : 0;
+  // In evaluation the statistics are CUDA's (fill_eval_statistics), in the accumulation type.
+  const c10::ScalarType stat_type = training
+      ? batch_norm_stat_type(input, weight, bias, running_mean, running_var)
+      : at::toOpMathType(input.scalar_type());
   return {
-      empty_meta_like(input, input.suggest_memory_format()), empty_meta({stat_size}, stat_type),
-      empty_meta({stat_size}, stat_type)};
+      empty_meta_like(input, input.suggest_memory_format()), empty_meta({channels}, stat_type),
+      empty_meta({channels}, stat_type)};
+}
+
+// In evaluation the CPU kernel reads no statistics from its saved ones, but wants them in
+// its parameter type, which may not be the accumulation type the host gave them.
+std::tuple<at::Tensor&, at::Tensor&, at::Tensor&> native_batch_norm_cpu(
+    const at::Tensor& input, const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
+    const std::optional<at::Tensor>& running_mean, const std::optional<at::Tensor>& running_var, bool training,
+    double momentum, double eps, at::Tensor& output, at::Tensor& save_mean, at::Tensor& save_invstd) {
+  if (training) {
+    return at::_ops::native_batch_norm_out::redispatch(
+        kCpu, input, weight, bias, running_mean, running_var, training, momentum, eps, output, save_mean,
+        save_invstd);
+  }
+  const auto cpu_stat_options =
+      save_mean.options().dtype(batch_norm_stat_type(input, weight, bias, running_mean, running_var));
+  at::Tensor unused_mean = at::empty({0}, cpu_stat_options);
+  at::Tensor unused_invstd = at::empty({0}, cpu_stat_options);
+  at::_ops::native_batch_norm_out::redispatch(
+      kCpu, input, weight, bias, running_mean, running_var, training, momentum, eps, output, unused_mean,
+      unused_invstd);
+  fill_eval_statistics(*running_mean, *running_var, eps, save_mean, save_invstd);
+  return {output, save_mean, save_invstd};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm_backward_meta(
@@ -328,7 +354,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm_backward_meta(
     check_channel_vector(*tensor, channels);
   }
   const auto defined = [](const std::optional<at::Tensor>& tensor) { return tensor.has_value() && tensor->defined(); };
-  // In evaluation, the forward's saved statistics are empty and unused.
+  // In evaluation the backward reads the running statistics, not the saved ones.
   if (train) {
     check_channel_vector(save_mean, channels);
     check_channel_vector(save_invstd, channels);
@@ -633,7 +659,7 @@ LaunchTable make_launch_table() {
   add_launch<ops::embedding_dense_backward, embedding_dense_backward_meta, embedding_dense_backward_cpu>(table);
   add_launch<ops::native_layer_norm, native_layer_norm_meta, native_layer_norm_cpu>(table);
   add_launch<ops::native_layer_norm_backward, native_layer_norm_backward_meta, native_layer_norm_backward_cpu>(table);
-  add_launch<ops::native_batch_norm, native_batch_norm_meta>(table);
+  add_launch<ops::native_batch_norm, native_batch_norm_meta, native_batch_norm_cpu>(table);
   add_launch<ops::native_batch_norm_backward, native_batch_norm_backward_meta, native_batch_norm_backward_cpu>(table);
   add_launch<ops::convolution_overrideable, convolution_meta, convolution_cpu>(table);
   add_launch<ops::convolution_backward_overrideable, convolution_backward_meta, convolution_backward_cpu>(table);

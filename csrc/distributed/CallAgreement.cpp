@@ -6,6 +6,7 @@
 #include <c10/util/Exception.h>
 #include <c10/util/hash.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <sstream>
@@ -128,16 +129,20 @@ std::string describe(const int64_t* fingerprint) {
 
 } // namespace
 
-CallAgreement::CallAgreement(c10d::Backend& transport, SharedBoard* board, const CollectiveCall& call)
-    : op_(call.op), rank_(transport.getRank()), ranks_(transport.getSize()), board_(board) {
+CallAgreement::CallAgreement(const CollectiveCall& call) : op_(call.op) {
+  fill_fingerprint(mine_.data(), call);
+}
+
+void CallAgreement::start(c10d::Backend& transport, SharedBoard* board) {
+  rank_ = transport.getRank();
+  ranks_ = transport.getSize();
+  board_ = board;
   if (board_ != nullptr) {
-    std::array<int64_t, kFingerprintLength> mine;
-    fill_fingerprint(mine.data(), call);
-    board_exchange_ = board_->post(mine);
+    board_exchange_ = board_->post(mine_);
     return;
   }
   at::Tensor mine = at::empty({kFingerprintLength}, at::kLong);
-  fill_fingerprint(mine.data_ptr<int64_t>(), call);
+  std::copy(mine_.begin(), mine_.end(), mine.data_ptr<int64_t>());
   gathered_ = at::empty({ranks_ * kFingerprintLength}, at::kLong);
   exchange_ = transport._allgather_base(gathered_, mine, c10d::AllgatherOptions());
 }

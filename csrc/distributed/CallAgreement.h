@@ -29,29 +29,33 @@ struct CollectiveCall {
 // that differ) make gloo abort the process ("Received data size doesn't match
 // expected size") or compute garbage silently (dtypes of one size). So before a
 // collective reaches gloo, every rank's call is compared with the others': each rank
-// gathers a fingerprint of every rank's call, and on a mismatch every rank raises the
-// same error naming each rank's call, with nothing sent yet, so the group stays
-// usable. Ranks on one host exchange fingerprints on the group's shared-memory board
-// (a few µs); others with one all_gather of a few int64 on the same gloo group (a
-// network round trip). The exchange starts before the collective waits for its
-// stream, so a busy stream hides its cost.
+// gathers a fingerprint of every rank's call, and on a mismatch every rank fails the
+// collective with the same error naming each rank's call, with nothing sent yet, so
+// the group stays usable. Ranks on one host exchange fingerprints on the group's
+// shared-memory board (a few µs); others with one all_gather of a few int64 on the
+// same gloo group (a network round trip). The exchange runs on the group's
+// communication worker, in call order, and starts before the worker waits for the
+// collective's stream, so a busy stream hides its cost.
 class CallAgreement {
  public:
   // The int64 of one fingerprint.
   static constexpr int64_t kFingerprintLength = 14;
 
-  // Posts this rank's fingerprint on `board`, or starts the exchange on `transport`
-  // if there is no board.
-  CallAgreement(c10d::Backend& transport, SharedBoard* board, const CollectiveCall& call);
+  // Takes the fingerprint of `call` (on the calling thread, whose tensors `call` names).
+  explicit CallAgreement(const CollectiveCall& call);
+  // Posts this rank's fingerprint on `board`, or starts the exchange on `transport` if
+  // there is no board.
+  void start(c10d::Backend& transport, SharedBoard* board);
   // Waits for every rank's fingerprint (on the board at most `timeout`; gloo times out
   // by itself); throws a c10::Error naming the mismatch.
   void verify(std::chrono::milliseconds timeout);
 
  private:
   const char* op_;
-  int rank_;
-  int ranks_;
-  SharedBoard* board_;
+  std::array<int64_t, kFingerprintLength> mine_;
+  int rank_ = 0;
+  int ranks_ = 0;
+  SharedBoard* board_ = nullptr;
   uint64_t board_exchange_ = 0;
   // The fingerprints gloo gathers, when there is no board.
   at::Tensor gathered_;

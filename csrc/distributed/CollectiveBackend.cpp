@@ -2,6 +2,7 @@
 
 #include "aten/Tensor.h"
 #include "distributed/StreamOrder.h"
+#include "runtime/Stream.h"
 
 #include <torch_vdev/vdev.h>
 
@@ -9,7 +10,10 @@
 #include <ATen/core/ivalue.h>
 #include <c10/util/Exception.h>
 
+#include <atomic>
+#include <condition_variable>
 #include <cstdlib>
+#include <future>
 #include <mutex>
 #include <string_view>
 #include <tuple>
@@ -18,41 +22,132 @@ namespace vdev {
 
 namespace {
 
-// The work of one collective: gloo's work on the aliases, seen through the vdev
-// tensors it produces. Its future is a vdev future (events on vdev streams), so
-// `then` callbacks and `wait()` follow stream order as CUDA futures do.
+// A collective's launch on the group's worker: gloo's work once the worker handed the
+// collective to gloo, or the error that stopped it first (calls that differ between
+// ranks, a peer that left, exited or timed out).
+class CollectiveLaunch {
+ public:
+  void finish(c10::intrusive_ptr<c10d::Work> transport_work, std::exception_ptr error) {
+    std::vector<std::function<void()>> continuations;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      transport_work_ = std::move(transport_work);
+      error_ = std::move(error);
+      finished_.store(true, std::memory_order_release);
+      continuations.swap(continuations_);
+    }
+    finished_changed_.notify_all();
+    for (std::function<void()>& continuation : continuations) {
+      continuation();
+    }
+  }
+
+  bool finished() const {
+    return finished_.load(std::memory_order_acquire);
+  }
+  // False if it has not finished within `timeout` (kNoTimeout: no limit).
+  bool wait(std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    auto done = [this] { return finished(); };
+    if (timeout == kNoTimeout) {
+      finished_changed_.wait(lock, done);
+      return true;
+    }
+    return finished_changed_.wait_for(lock, timeout, done);
+  }
+  // Runs `continuation` once the launch finished: here if it has, else on the worker.
+  void when_finished(std::function<void()> continuation) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!finished()) {
+        continuations_.push_back(std::move(continuation));
+        return;
+      }
+    }
+    continuation();
+  }
+
+  // Only once finished():
+  const c10::intrusive_ptr<c10d::Work>& transport_work() const {
+    return transport_work_;
+  }
+  const std::exception_ptr& error() const {
+    return error_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable finished_changed_;
+  std::atomic<bool> finished_{false};
+  c10::intrusive_ptr<c10d::Work> transport_work_;
+  std::exception_ptr error_;
+  std::vector<std::function<void()>> continuations_;
+};
+
+// gloo's `error` as "vccl all_reduce failed: <gloo's message>" (the worker's own
+// errors, CallAgreement's and SharedBoard's, name the collective already).
+std::exception_ptr failure_of(const char* op, const std::exception_ptr& error) {
+  std::string message;
+  try {
+    std::rethrow_exception(error);
+  } catch (const c10::Error& e) {
+    message = e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    message = e.what();
+  } catch (...) {
+    return error;
+  }
+  return std::make_exception_ptr(c10::Error(
+      c10::SourceLocation{__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
+      c10::str(kCollectiveBackendName, " ", op, " failed: ", message)));
+}
+
+// The work of one collective: its launch on the worker, then gloo's work on the
+// aliases, seen through the vdev tensors it produces. Its future is a vdev future
+// (events on vdev streams), so `then` callbacks and `wait()` follow stream order as
+// CUDA futures do.
 class CollectiveWork final : public c10d::Work {
  public:
   CollectiveWork(
-      const char* op, c10::intrusive_ptr<c10d::Work> transport_work, std::vector<at::Tensor> results,
-      std::function<void()> on_completion, c10::DeviceIndex device, int rank)
-      : c10d::Work(rank, transport_work->retrieveOpType()),
+      const char* op, c10d::OpType type, std::shared_ptr<CollectiveLaunch> launch,
+      std::vector<at::Tensor> results, std::function<void()> on_completion, c10::DeviceIndex device,
+      int rank)
+      : c10d::Work(rank, type),
         op_(op),
-        transport_work_(std::move(transport_work)),
+        launch_(std::move(launch)),
         results_(std::move(results)),
         completion_(std::make_shared<Completion>(std::move(on_completion))),
         device_(device) {}
 
   bool isCompleted() override {
-    if (!transport_work_->isCompleted()) {
+    if (!launch_->finished()) {
       return false;
     }
-    if (transport_work_->isSuccess()) {
+    if (launch_->error()) {
+      return true;
+    }
+    if (!launch_->transport_work()->isCompleted()) {
+      return false;
+    }
+    if (launch_->transport_work()->isSuccess()) {
       completion_->run();
     }
     return true;
   }
   bool isSuccess() const override {
-    return transport_work_->isSuccess();
+    return launch_->finished() && !launch_->error() && launch_->transport_work()->isSuccess();
   }
   std::exception_ptr exception() const override {
-    return transport_work_->exception();
+    if (!launch_->finished()) {
+      return nullptr;
+    }
+    return launch_->error() ? launch_->error() : launch_->transport_work()->exception();
   }
   // The rank a receive from any source got its message from, once it has: the host
   // asks right after wait(), which no longer waits for it.
   int sourceRank() const override {
-    transport_work_->wait();
-    return transport_work_->sourceRank();
+    wait_on_host(kNoTimeout);
+    return launch_->transport_work()->sourceRank();
   }
   std::vector<at::Tensor> result() override {
     return results_;
@@ -62,15 +157,12 @@ class CollectiveWork final : public c10d::Work {
   }
   // As NCCL's: the current stream's later work runs after the collective, and the host
   // returns at once (a barrier's wait, as NCCL's, also blocks the host). A collective
-  // that has already failed raises here; one that fails or times out later raises at
-  // the stream's next synchronization (`.item()`, `torch.vdev.synchronize()`, ...).
+  // that has already failed raises here; one that fails later raises at the stream's
+  // next synchronization (`.item()`, `torch.vdev.synchronize()`, ...).
   bool wait(std::chrono::milliseconds timeout) override {
-    if (retrieveOpType() == c10d::OpType::BARRIER || transport_work_->isCompleted()) {
-      if (!transport_work_->wait(timeout)) {
-        return false;
-      }
-      completion_->run();
-      return true;
+    if (retrieveOpType() == c10d::OpType::BARRIER ||
+        (launch_->finished() && (launch_->error() || launch_->transport_work()->isCompleted()))) {
+      return wait_on_host(timeout);
     }
     make_stream_wait(timeout);
     return true;
@@ -79,7 +171,9 @@ class CollectiveWork final : public c10d::Work {
     make_stream_wait(kNoTimeout);
   }
   void abort() override {
-    transport_work_->abort();
+    if (launch_->finished() && launch_->transport_work()) {
+      launch_->transport_work()->abort();
+    }
   }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
     std::call_once(future_made_, [this] {
@@ -102,21 +196,31 @@ class CollectiveWork final : public c10d::Work {
           future->markCompleted(c10::IValue(results));
         }
       };
-      c10::intrusive_ptr<c10::ivalue::Future> transport_future = transport_future_if_any();
-      if (!transport_future) {
-        at::launch([transport_work = transport_work_, complete] {
-          try {
-            transport_work->wait();
-          } catch (...) {
-            complete(std::current_exception());
-            return;
-          }
-          complete(nullptr);
+      launch_->when_finished([launch = launch_, complete] {
+        if (launch->error()) {
+          complete(launch->error());
+          return;
+        }
+        const c10::intrusive_ptr<c10d::Work>& transport_work = launch->transport_work();
+        c10::intrusive_ptr<c10::ivalue::Future> transport_future = future_if_any(*transport_work);
+        // A finished gloo future would run the callback here, on the worker, and with
+        // it the future's `then` callbacks (Python ones take the GIL): a thread of the
+        // inter-op pool completes it instead, as it waits for works without a future.
+        if (!transport_future || transport_future->completed()) {
+          at::launch([transport_work, complete] {
+            try {
+              transport_work->wait();
+            } catch (...) {
+              complete(std::current_exception());
+              return;
+            }
+            complete(nullptr);
+          });
+          return;
+        }
+        transport_future->addCallback([complete](c10::ivalue::Future& transport_future) {
+          complete(transport_future.hasError() ? transport_future.exception_ptr() : nullptr);
         });
-        return;
-      }
-      transport_future->addCallback([complete](c10::ivalue::Future& transport_future) {
-        complete(transport_future.hasError() ? transport_future.exception_ptr() : nullptr);
       });
     });
     return future_;
@@ -138,35 +242,52 @@ class CollectiveWork final : public c10d::Work {
     std::once_flag once;
   };
 
-  // gloo's future of the work, or nullptr for the works gloo makes without one (send,
-  // recv, reduce_scatter), whose getFuture() throws: a thread of the inter-op pool then
-  // waits for them.
-  c10::intrusive_ptr<c10::ivalue::Future> transport_future_if_any() {
+  // gloo's future of a work, or nullptr for the works gloo makes without one (send,
+  // recv, reduce_scatter), whose getFuture() throws.
+  static c10::intrusive_ptr<c10::ivalue::Future> future_if_any(c10d::Work& transport_work) {
     try {
-      return transport_work_->getFuture();
+      return transport_work.getFuture();
     } catch (const c10::Error&) {
       return nullptr;
     }
   }
 
+  // Blocks the host until the collective completed (or `timeout` passed, counted for
+  // the launch and gloo's work each).
+  bool wait_on_host(std::chrono::milliseconds timeout) const {
+    TORCH_CHECK(
+        launch_->wait(timeout), kCollectiveBackendName, " ", op_, ": timed out after ",
+        timeout.count(), " ms before the collective started (waiting for its stream or for the "
+        "other ranks' calls)");
+    if (launch_->error()) {
+      std::rethrow_exception(launch_->error());
+    }
+    if (!launch_->transport_work()->wait(timeout)) {
+      return false;
+    }
+    completion_->run();
+    return true;
+  }
+
   void make_stream_wait(std::chrono::milliseconds timeout) {
     // The queued wait holds what it needs, not this work: a work need not outlive it.
     make_current_stream_wait(
-        device_, "Work.wait",
-        [op = op_, transport_work = transport_work_, completion = completion_, timeout] {
+        device_, "Work.wait", [op = op_, launch = launch_, completion = completion_, timeout] {
+          launch->wait(kNoTimeout);  // the worker's own waits time out
+          if (launch->error()) {
+            std::rethrow_exception(launch->error());
+          }
           try {
-            transport_work->wait(timeout);
-          } catch (const c10::Error& error) {
-            TORCH_CHECK(false, kCollectiveBackendName, " ", op, " failed: ", error.what_without_backtrace());
-          } catch (const std::exception& error) {
-            TORCH_CHECK(false, kCollectiveBackendName, " ", op, " failed: ", error.what());
+            launch->transport_work()->wait(timeout);
+          } catch (...) {
+            std::rethrow_exception(failure_of(op, std::current_exception()));
           }
           completion->run();
         });
   }
 
   const char* op_;
-  c10::intrusive_ptr<c10d::Work> transport_work_;
+  std::shared_ptr<CollectiveLaunch> launch_;
   std::vector<at::Tensor> results_;
   std::shared_ptr<Completion> completion_;
   c10::DeviceIndex device_;
@@ -319,6 +440,7 @@ void CollectiveBackend::abort() {
 }
 
 void CollectiveBackend::shutdown() {
+  worker_.drain();  // the collectives called before run (or fail)
   if (board_) {
     board_->leave();
   }
@@ -326,10 +448,11 @@ void CollectiveBackend::shutdown() {
 }
 
 template <typename Method, typename... Args>
-c10::intrusive_ptr<c10d::Work> CollectiveBackend::on_gloo(Method method, const Args&... args) {
-  auto cpu_args = std::make_tuple(on_cpu(args)...);
-  return std::apply(
-      [&](auto&... cpu) { return (transport_.get()->*method)(cpu...); }, cpu_args);
+std::function<c10::intrusive_ptr<c10d::Work>()> CollectiveBackend::on_gloo(
+    Method method, const Args&... args) {
+  return [transport = transport_, method, cpu_args = std::make_tuple(on_cpu(args)...)]() mutable {
+    return std::apply([&](auto&... cpu) { return (transport.get()->*method)(cpu...); }, cpu_args);
+  };
 }
 
 c10::DeviceIndex CollectiveBackend::call_device(
@@ -360,30 +483,54 @@ c10::DeviceIndex CollectiveBackend::call_device(
 }
 
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::run(
-    c10::DeviceIndex device, const CollectiveCall& call, std::vector<at::Tensor> results,
-    const std::function<c10::intrusive_ptr<c10d::Work>()>& launch,
+    c10::DeviceIndex device, c10d::OpType type, const CollectiveCall& call,
+    std::vector<at::Tensor> results, std::function<c10::intrusive_ptr<c10d::Work>()> launch,
     std::function<void()> on_completion) {
+  // A captured collective would run once, its graph's replays never.
+  TORCH_CHECK(
+      !is_stream_capturing(current_stream(device)), kCollectiveBackendName, " ", call.op,
+      ": cannot run a collective on a stream that is capturing a graph (", kBackendName,
+      " graphs do not capture collectives)");
   std::optional<CallAgreement> agreement;
   if (size_ > 1 && !call.point_to_point) {
-    agreement.emplace(*transport_, board_.get(), call);
+    agreement.emplace(call);
   }
-  c10::intrusive_ptr<c10d::Work> transport_work;
-  run_in_stream_order(device, [&] {
-    if (agreement) {
-      agreement->verify(transport_->getBackendOptions()->timeout);
+  auto collective = std::make_shared<CollectiveLaunch>();
+  worker_.post([this, op = call.op, agreement = std::move(agreement),
+                inputs = StreamPoint(device, call.op), launch = std::move(launch),
+                collective]() mutable {
+    c10::intrusive_ptr<c10d::Work> transport_work;
+    std::exception_ptr error;
+    try {
+      if (agreement) {
+        agreement->start(*transport_, board_.get());
+      }
+      inputs.wait();
+      if (agreement) {
+        agreement->verify(transport_->getBackendOptions()->timeout);
+      }
+    } catch (...) {
+      error = std::current_exception();
     }
-    transport_work = launch();
+    if (!error) {
+      try {
+        transport_work = launch();
+      } catch (...) {
+        error = failure_of(op, std::current_exception());
+      }
+    }
+    collective->finish(std::move(transport_work), std::move(error));
   });
   return c10::make_intrusive<CollectiveWork>(
-      call.op, std::move(transport_work), std::move(results), std::move(on_completion), device,
+      call.op, type, std::move(collective), std::move(results), std::move(on_completion), device,
       rank_);
 }
 
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::broadcast(
     std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) {
-  return run(call_device("broadcast", {tensors}),
+  return run(call_device("broadcast", {tensors}), c10d::OpType::BROADCAST,
              {"broadcast", tensors, opts.rootRank}, tensors,
-             [&] { return on_gloo(&c10d::Backend::broadcast, tensors, opts); });
+             on_gloo(&c10d::Backend::broadcast, tensors, opts));
 }
 
 // Reductions run gloo's reduction with `as_gloo_options` and scale their results
@@ -391,18 +538,18 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::broadcast(
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::allreduce(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
   return run(
-      call_device("all_reduce", {tensors}),
+      call_device("all_reduce", {tensors}), c10d::OpType::ALLREDUCE,
       {"all_reduce", tensors, std::nullopt, opts.reduceOp.op_}, tensors,
-      [&] { return on_gloo(&c10d::Backend::allreduce, tensors, as_gloo_options(opts)); },
+      on_gloo(&c10d::Backend::allreduce, tensors, as_gloo_options(opts)),
       scaling(opts.reduceOp, size_, tensors));
 }
 
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::allreduce_coalesced(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
   return run(
-      call_device("all_reduce_coalesced", {tensors}),
+      call_device("all_reduce_coalesced", {tensors}), c10d::OpType::ALLREDUCE_COALESCED,
       {"all_reduce_coalesced", tensors, std::nullopt, opts.reduceOp.op_}, tensors,
-      [&] { return on_gloo(&c10d::Backend::allreduce_coalesced, tensors, as_gloo_options(opts)); },
+      on_gloo(&c10d::Backend::allreduce_coalesced, tensors, as_gloo_options(opts)),
       scaling(opts.reduceOp, size_, tensors));
 }
 
@@ -410,9 +557,9 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::reduce(
     std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
   // Only the root's tensors hold the result.
   return run(
-      call_device("reduce", {tensors}),
+      call_device("reduce", {tensors}), c10d::OpType::REDUCE,
       {"reduce", tensors, opts.rootRank, opts.reduceOp.op_}, tensors,
-      [&] { return on_gloo(&c10d::Backend::reduce, tensors, as_gloo_options(opts)); },
+      on_gloo(&c10d::Backend::reduce, tensors, as_gloo_options(opts)),
       rank_ == opts.rootRank ? scaling(opts.reduceOp, size_, tensors) : nullptr);
 }
 
@@ -421,15 +568,15 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::allgather(
     const c10d::AllgatherOptions& opts) {
   std::vector<at::Tensor> results = flattened(outputs);
   c10::DeviceIndex device = call_device("all_gather", {inputs, results});
-  return run(device, {"all_gather", inputs}, std::move(results),
-             [&] { return on_gloo(&c10d::Backend::allgather, outputs, inputs, opts); });
+  return run(device, c10d::OpType::ALLGATHER, {"all_gather", inputs}, std::move(results),
+             on_gloo(&c10d::Backend::allgather, outputs, inputs, opts));
 }
 
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::_allgather_base(
     at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) {
-  return run(call_device("all_gather_into_tensor", {output, input}),
+  return run(call_device("all_gather_into_tensor", {output, input}), c10d::OpType::_ALLGATHER_BASE,
              {"all_gather_into_tensor", input}, {output},
-             [&] { return on_gloo(&c10d::Backend::_allgather_base, output, input, opts); });
+             on_gloo(&c10d::Backend::_allgather_base, output, input, opts));
 }
 
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::allgather_coalesced(
@@ -437,17 +584,15 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::allgather_coalesced(
     const c10d::AllgatherOptions& opts) {
   std::vector<at::Tensor> results = flattened(outputs);
   c10::DeviceIndex device = call_device("all_gather_coalesced", {inputs, results});
-  return run(device, {"all_gather_coalesced", inputs}, std::move(results),
-             [&] { return on_gloo(&c10d::Backend::allgather_coalesced, outputs, inputs, opts); });
+  return run(device, c10d::OpType::ALLGATHER_COALESCED, {"all_gather_coalesced", inputs}, std::move(results),
+             on_gloo(&c10d::Backend::allgather_coalesced, outputs, inputs, opts));
 }
 
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
-  return run(call_device("all_gather_into_tensor_coalesced", {outputs, inputs}),
-             {"all_gather_into_tensor_coalesced", inputs}, outputs, [&] {
-    return on_gloo(&c10d::Backend::allgather_into_tensor_coalesced, outputs, inputs, opts);
-  });
+  return run(call_device("all_gather_into_tensor_coalesced", {outputs, inputs}), c10d::OpType::COALESCED,
+             {"all_gather_into_tensor_coalesced", inputs}, outputs, on_gloo(&c10d::Backend::allgather_into_tensor_coalesced, outputs, inputs, opts));
 }
 
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::gather(
@@ -455,36 +600,34 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::gather(
     const c10d::GatherOptions& opts) {
   std::vector<at::Tensor> results = flattened(outputs);
   c10::DeviceIndex device = call_device("gather", {inputs, results});
-  return run(device, {"gather", inputs, opts.rootRank}, std::move(results),
-             [&] { return on_gloo(&c10d::Backend::gather, outputs, inputs, opts); });
+  return run(device, c10d::OpType::GATHER, {"gather", inputs, opts.rootRank}, std::move(results),
+             on_gloo(&c10d::Backend::gather, outputs, inputs, opts));
 }
 
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::scatter(
     std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
     const c10d::ScatterOptions& opts) {
-  return run(call_device("scatter", {outputs, flattened(inputs)}),
+  return run(call_device("scatter", {outputs, flattened(inputs)}), c10d::OpType::SCATTER,
              {"scatter", outputs, opts.rootRank}, outputs,
-             [&] { return on_gloo(&c10d::Backend::scatter, outputs, inputs, opts); });
+             on_gloo(&c10d::Backend::scatter, outputs, inputs, opts));
 }
 
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::reduce_scatter(
     std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
     const c10d::ReduceScatterOptions& opts) {
   return run(
-      call_device("reduce_scatter", {outputs, flattened(inputs)}),
+      call_device("reduce_scatter", {outputs, flattened(inputs)}), c10d::OpType::REDUCE_SCATTER,
       {"reduce_scatter", outputs, std::nullopt, opts.reduceOp.op_}, outputs,
-      [&] { return on_gloo(&c10d::Backend::reduce_scatter, outputs, inputs, as_gloo_options(opts)); },
+      on_gloo(&c10d::Backend::reduce_scatter, outputs, inputs, as_gloo_options(opts)),
       scaling(opts.reduceOp, size_, outputs));
 }
 
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::_reduce_scatter_base(
     at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
   return run(
-      call_device("reduce_scatter_tensor", {output, input}),
+      call_device("reduce_scatter_tensor", {output, input}), c10d::OpType::_REDUCE_SCATTER_BASE,
       {"reduce_scatter_tensor", input, std::nullopt, opts.reduceOp.op_}, {output},
-      [&] {
-        return on_gloo(&c10d::Backend::_reduce_scatter_base, output, input, as_gloo_options(opts));
-      },
+      on_gloo(&c10d::Backend::_reduce_scatter_base, output, input, as_gloo_options(opts)),
       scaling(opts.reduceOp, size_, {output}));
 }
 
@@ -492,12 +635,10 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::reduce_scatter_tensor_coalesce
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::ReduceScatterOptions& opts) {
   return run(
-      call_device("reduce_scatter_tensor_coalesced", {outputs, inputs}),
+      call_device("reduce_scatter_tensor_coalesced", {outputs, inputs}), c10d::OpType::COALESCED,
       {"reduce_scatter_tensor_coalesced", inputs, std::nullopt, opts.reduceOp.op_}, outputs,
-      [&] {
-        return on_gloo(
-            &c10d::Backend::reduce_scatter_tensor_coalesced, outputs, inputs, as_gloo_options(opts));
-      },
+      on_gloo(
+            &c10d::Backend::reduce_scatter_tensor_coalesced, outputs, inputs, as_gloo_options(opts)),
       scaling(opts.reduceOp, size_, outputs));
 }
 
@@ -505,38 +646,36 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::alltoall_base(
     at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_split_sizes,
     std::vector<int64_t>& input_split_sizes, const c10d::AllToAllOptions& opts) {
   const bool split = !output_split_sizes.empty() || !input_split_sizes.empty();
-  return run(call_device("all_to_all_single", {output, input}),
-             {"all_to_all_single", input, std::nullopt, std::nullopt, split}, {output}, [&] {
-    return on_gloo(
-        &c10d::Backend::alltoall_base, output, input, output_split_sizes, input_split_sizes, opts);
-  });
+  return run(call_device("all_to_all_single", {output, input}), c10d::OpType::ALLTOALL_BASE,
+             {"all_to_all_single", input, std::nullopt, std::nullopt, split}, {output}, on_gloo(
+        &c10d::Backend::alltoall_base, output, input, output_split_sizes, input_split_sizes, opts));
 }
 
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::alltoall(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllToAllOptions& opts) {
-  return run(call_device("all_to_all", {outputs, inputs}),
+  return run(call_device("all_to_all", {outputs, inputs}), c10d::OpType::ALLTOALL,
              {"all_to_all", inputs, std::nullopt, std::nullopt, /*element_counts_may_differ=*/true},
              outputs,
-             [&] { return on_gloo(&c10d::Backend::alltoall, outputs, inputs, opts); });
+             on_gloo(&c10d::Backend::alltoall, outputs, inputs, opts));
 }
 
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::send(
     std::vector<at::Tensor>& tensors, int dst_rank, int tag) {
-  return run(call_device("send", {tensors}), point_to_point("send", tensors), tensors,
-             [&] { return on_gloo(&c10d::Backend::send, tensors, dst_rank, tag); });
+  return run(call_device("send", {tensors}), c10d::OpType::SEND, point_to_point("send", tensors), tensors,
+             on_gloo(&c10d::Backend::send, tensors, dst_rank, tag));
 }
 
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::recv(
     std::vector<at::Tensor>& tensors, int src_rank, int tag) {
-  return run(call_device("recv", {tensors}), point_to_point("recv", tensors), tensors,
-             [&] { return on_gloo(&c10d::Backend::recv, tensors, src_rank, tag); });
+  return run(call_device("recv", {tensors}), c10d::OpType::RECV, point_to_point("recv", tensors), tensors,
+             on_gloo(&c10d::Backend::recv, tensors, src_rank, tag));
 }
 
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::recvAnysource(
     std::vector<at::Tensor>& tensors, int tag) {
-  return run(call_device("recv", {tensors}), point_to_point("recv", tensors), tensors,
-             [&] { return on_gloo(&c10d::Backend::recvAnysource, tensors, tag); });
+  return run(call_device("recv", {tensors}), c10d::OpType::RECVANYSOURCE, point_to_point("recv", tensors), tensors,
+             on_gloo(&c10d::Backend::recvAnysource, tensors, tag));
 }
 
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::barrier(const c10d::BarrierOptions& opts) {
@@ -548,13 +687,26 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::barrier(const c10d::BarrierOpt
       : current_device();
   c10d::BarrierOptions gloo_opts = opts;
   gloo_opts.device = std::nullopt;
-  return run(device, {"barrier"}, {}, [&] { return transport_->barrier(gloo_opts); });
+  return run(device, c10d::OpType::BARRIER, {"barrier"}, {}, [transport = transport_, gloo_opts] {
+    return transport->barrier(gloo_opts);
+  });
 }
 
 void CollectiveBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {
   c10d::BarrierOptions gloo_opts = opts;
   gloo_opts.device = std::nullopt;
-  transport_->monitoredBarrier(gloo_opts, wait_all_ranks);
+  // On the worker, after the collectives called before it: gloo numbers its messages
+  // in the order of the calls on its group.
+  std::promise<void> done;
+  worker_.post([&] {
+    try {
+      transport_->monitoredBarrier(gloo_opts, wait_all_ranks);
+      done.set_value();
+    } catch (...) {
+      done.set_exception(std::current_exception());
+    }
+  });
+  done.get_future().get();
 }
 
 } // namespace vdev

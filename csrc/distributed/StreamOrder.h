@@ -3,17 +3,31 @@
 #include <c10/core/Device.h>
 
 #include <functional>
+#include <memory>
 
 namespace vdev {
 
 // Collectives run in stream order with respect to the current stream of their device,
 // as NCCL's do. These are the two places where collectives meet streams.
 
-// A collective reads its inputs only after the work queued before it on the current
-// stream of `device`: `launch` (which hands CPU aliases of the tensors to gloo, which
-// communicates on its own threads) runs once that stream has finished the work queued
-// on it so far.
-void run_in_stream_order(c10::DeviceIndex device, const std::function<void()>& launch);
+// The point a collective's call marks in the current stream of `device`: the work
+// queued on it so far. The collective reads its inputs once the stream got past the
+// point (its group's communication worker waits for that), while the caller goes on,
+// as an NCCL collective's stream waits for an event of the current stream.
+class StreamPoint {
+ public:
+  // Queues the point as a marker (named `op_name`, a string that outlives the call) on
+  // the stream, unless the stream is idle. The stream must not be capturing a graph
+  // (graphs do not capture collectives).
+  StreamPoint(c10::DeviceIndex device, const char* op_name);
+  // Blocks until the stream got past the point. A failed kernel before it does not stop
+  // it (the kernel's error is the stream's, raised at its next synchronization).
+  void wait() const;
+
+ private:
+  struct Marker;
+  std::shared_ptr<Marker> marker_;  // nullptr: the stream was idle
+};
 
 // `Work.wait()`: work queued on the current stream of `device` after this call runs
 // after `wait_for_collective` returned. It runs on the stream's worker (which blocks in

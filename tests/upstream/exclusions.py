@@ -77,4 +77,8 @@ TEST_EXCLUSIONS = {
         "test_*_from_numpy": "@onlyCPU: aliases a NumPy array, which only CPU memory can back",
         "test_*_from_buffer": "@onlyCPU: aliases a Python buffer, which only CPU memory can back",
     },
+    "TestFakeTensor": {
+        "test_fake_autocast_linalg_pinv_float32": "the test skips it on cpu and cuda (fake_autocast_device_skips, 'TODO: investigate/fix'): under autocast the fake result's dtype differs from the real one, float32 against float16, as on vdev",
+        "test_fake_autocast_pinverse_float32": "the test skips it on cuda (fake_autocast_device_skips['cuda'], 'TODO: investigate/fix'): under CUDA's autocast policy, which vdev's follows, the fake result's dtype differs from the real one, float32 against float16",
+    },
 }
