@@ -2,6 +2,8 @@
 runs the CPU kernels) behaves as CUDA does. Each test checks the refusal CUDA's kernel
 makes, and that what both accept gives the CPU result."""
 
+import warnings
+
 import pytest
 import torch
 from torch.testing import assert_close
@@ -216,3 +218,35 @@ def test_antialiased_upsampling_refuses_uint8_at_the_call(mode):
     floats = image.float()
     assert_close(torch.nn.functional.interpolate(floats.to(DEVICE), (6, 6), mode=mode, antialias=True).cpu(),
                  torch.nn.functional.interpolate(floats, (6, 6), mode=mode, antialias=True))
+
+
+@pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last_3d])
+def test_avg_pool3d_into_a_noncontiguous_out_keeps_its_strides_and_gives_cpus_values(memory_format):
+    # CPU's kernel writes a noncontiguous out as if it were contiguous; CUDA's (and vdev's)
+    # respects its strides. The reference is CPU's functional result.
+    source = torch.randn(2, 3, 4, 6, 6).contiguous(memory_format=memory_format)
+    expected = torch.nn.functional.avg_pool3d(source, 2)
+    out = torch.full((*expected.shape[:-1], expected.shape[-1] * 2), float("nan"), device=DEVICE)[..., ::2]
+    strides = out.stride()
+    result = torch._C._nn.avg_pool3d(source.to(DEVICE), 2, out=out)
+    assert result is out and out.stride() == strides
+    assert_close(out.cpu(), expected)
+    with pytest.raises(RuntimeError, match="Expected out tensor to have dtype float"):
+        torch._C._nn.avg_pool3d(source.to(DEVICE), 2, out=torch.zeros_like(out, dtype=torch.long))
+
+
+def test_logsigmoid_warns_when_it_resizes_a_non_empty_out_as_cuda_does():
+    source = torch.randn(20)
+    out = torch.zeros(21, device=DEVICE)
+    # Every other op warns so when it resizes a non-empty out= tensor (CPU's add here);
+    # CPU's log_sigmoid kernel does not, CUDA's does.
+    with pytest.warns(UserWarning, match="An output with one or more elements was resized"):
+        torch.add(source, 1, out=torch.zeros(21))
+    with pytest.warns(UserWarning, match="An output with one or more elements was resized"):
+        torch._C._nn.log_sigmoid(source.to(DEVICE), out=out)
+    assert_close(out.cpu(), torch.nn.functional.logsigmoid(source))
+    empty = torch.empty(0, device=DEVICE)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        torch._C._nn.log_sigmoid(source.to(DEVICE), out=empty)
+    assert_close(empty.cpu(), torch.nn.functional.logsigmoid(source))
