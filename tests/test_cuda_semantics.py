@@ -250,3 +250,32 @@ def test_logsigmoid_warns_when_it_resizes_a_non_empty_out_as_cuda_does():
         warnings.simplefilter("error")
         torch._C._nn.log_sigmoid(source.to(DEVICE), out=empty)
     assert_close(empty.cpu(), torch.nn.functional.logsigmoid(source))
+
+
+@pytest.mark.parametrize("batch, values_shape, vectors_shape", [
+    (3, (0,), (0,)),
+    (0, (0, 4), (0, 4, 4)),
+    (3, (3, 4), (3, 4, 4)),
+], ids=["resized", "empty_of_the_right_shape", "of_the_right_shape"])
+@pytest.mark.parametrize("noncontiguous", [False, True])
+def test_linalg_eig_copies_into_its_outs_as_cuda_does(batch, values_shape, vectors_shape, noncontiguous):
+    # CPU's kernel restrides empty outs to column-major in place; CUDA's computes into host
+    # temporaries and copies them in (resize_output, copy_), as the meta kernel's out= does,
+    # which is the reference for the strides. CPU's eig is the reference for the values.
+    source = torch.randn(batch, 4, 4, dtype=torch.float64)
+    expected_values, expected_vectors = torch.linalg.eig(source)
+    strides = {}
+    for device in ("meta", DEVICE):
+        values = torch.empty(values_shape, dtype=torch.complex128, device=device)
+        vectors = torch.empty(*vectors_shape[:-1], vectors_shape[-1] * 2, dtype=torch.complex128, device=device)
+        vectors = vectors[..., ::2] if noncontiguous else vectors[..., :vectors_shape[-1]].contiguous()
+        given = vectors.stride()
+        torch.linalg.eig(source.to(device), out=(values, vectors))
+        strides[device] = vectors.stride()
+        if vectors_shape == expected_vectors.shape:
+            assert vectors.stride() == given
+    assert strides[DEVICE] == strides["meta"]
+    assert_close(values.cpu(), expected_values)
+    assert_close(vectors.cpu(), expected_vectors)
+    with pytest.raises(RuntimeError, match="Expected eigenvalues to be safely castable"):
+        torch.linalg.eig(source.to(DEVICE), out=(torch.empty(values.shape, dtype=torch.long, device=DEVICE), vectors))

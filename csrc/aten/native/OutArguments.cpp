@@ -4,7 +4,10 @@
 //   the warning every other resize of an out= argument gives; CUDA's kernel resizes it
 //   through TensorIterator, which warns;
 // - avg_pool3d's CPU kernel writes a noncontiguous out as if it were contiguous (a wrong
-//   result); CUDA's respects its strides.
+//   result); CUDA's respects its strides;
+// - linalg_eig's CPU kernel restrides empty outs to column-major in place; CUDA's computes
+//   into host temporaries and copies them into the outs (resize_output, copy_), so outs
+//   keep their strides and resized ones are row-major, as the meta kernel's out= gives.
 // Everything else runs the CPU kernel (CpuKernel.h).
 #include "aten/CpuKernel.h"
 #include "aten/Tensor.h"
@@ -12,10 +15,17 @@
 #include <ATen/native/Resize.h>
 #include <ATen/ops/avg_pool3d_ops.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/linalg_eig_ops.h>
 #include <ATen/ops/log_sigmoid_forward_ops.h>
 
 namespace vdev {
 namespace {
+
+// What CUDA's kernels do with an out= argument they could not compute into.
+void copy_into_out(at::Tensor& out, const at::Tensor& computed) {
+  at::native::resize_output(out, computed.sizes());
+  out.copy_(computed);
+}
 
 std::tuple<at::Tensor&, at::Tensor&> log_sigmoid_forward_out(
     const at::Tensor& self, at::Tensor& output, at::Tensor& buffer) {
@@ -44,9 +54,18 @@ at::Tensor& avg_pool3d_out(
   at::Tensor dense = at::empty({0}, out.options());
   CpuKernel<at::_ops::avg_pool3d_out>::call(
       self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, dense);
-  at::native::resize_output(out, dense.sizes());
-  out.copy_(dense);
+  copy_into_out(out, dense);
   return out;
+}
+
+std::tuple<at::Tensor&, at::Tensor&> linalg_eig_out(const at::Tensor& self, at::Tensor& values, at::Tensor& vectors) {
+  // Fresh outs of the given dtypes and devices, so the kernel's checks of them still apply.
+  at::Tensor computed_values = at::empty({0}, values.options());
+  at::Tensor computed_vectors = at::empty({0}, vectors.options());
+  CpuKernel<at::_ops::linalg_eig_out>::call(self, computed_values, computed_vectors);
+  copy_into_out(values, computed_values);
+  copy_into_out(vectors, computed_vectors);
+  return {values, vectors};
 }
 
 } // namespace
@@ -54,6 +73,7 @@ at::Tensor& avg_pool3d_out(
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("log_sigmoid_forward.output", TORCH_FN(log_sigmoid_forward_out));
   m.impl("avg_pool3d.out", TORCH_FN(avg_pool3d_out));
+  m.impl("linalg_eig.out", TORCH_FN(linalg_eig_out));
 }
 
 } // namespace vdev
