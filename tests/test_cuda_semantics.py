@@ -279,3 +279,18 @@ def test_linalg_eig_copies_into_its_outs_as_cuda_does(batch, values_shape, vecto
     assert_close(vectors.cpu(), expected_vectors)
     with pytest.raises(RuntimeError, match="Expected eigenvalues to be safely castable"):
         torch.linalg.eig(source.to(DEVICE), out=(torch.empty(values.shape, dtype=torch.long, device=DEVICE), vectors))
+
+
+@pytest.mark.parametrize("out_dtype", [torch.long, torch.int32, torch.bool])
+def test_mean_refuses_an_integral_out_at_the_call(out_dtype):
+    # CPU's error, raised by its kernel; on vdev it raised from the queued kernel at the next
+    # synchronization instead of at the call, as CUDA's does.
+    source = torch.randn(4, 5)
+    with pytest.raises(RuntimeError) as on_cpu:
+        torch.mean(source, 1, out=torch.empty(4, dtype=out_dtype))
+    out = torch.zeros(4, dtype=out_dtype, device=DEVICE)
+    with pytest.raises(RuntimeError, match=str(on_cpu.value)):
+        torch.mean(source.to(DEVICE), 1, out=out)
+    torch.vdev.synchronize()
+    assert_close(out.cpu(), torch.zeros(4, dtype=out_dtype))
+    assert_close(torch.mean(source.to(DEVICE), 1, out=torch.empty(4, device=DEVICE)).cpu(), source.mean(1))
