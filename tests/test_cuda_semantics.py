@@ -294,3 +294,33 @@ def test_mean_refuses_an_integral_out_at_the_call(out_dtype):
     torch.vdev.synchronize()
     assert_close(out.cpu(), torch.zeros(4, dtype=out_dtype))
     assert_close(torch.mean(source.to(DEVICE), 1, out=torch.empty(4, device=DEVICE)).cpu(), source.mean(1))
+
+
+@pytest.mark.parametrize("call", [
+    lambda x: torch.nn.functional.gelu(x, approximate="asdf"),
+    lambda x: torch._C._nn.gelu(x, approximate="asdf", out=torch.empty_like(x)),
+    lambda x: torch._C._nn.gelu_(x.clone(), approximate="asdf"),
+    lambda x: torch.ops.aten.gelu_backward(torch.ones_like(x), x, approximate="asdf"),
+], ids=["gelu", "gelu_out", "gelu_", "gelu_backward"])
+def test_gelu_refuses_a_bad_approximation_at_the_call(call):
+    # CPU's error; on vdev it raised from the queued kernel at the next synchronization.
+    source = torch.randn(5)
+    with pytest.raises(RuntimeError, match="approximate argument must be either none or tanh"):
+        call(source)
+    with pytest.raises(RuntimeError, match="approximate argument must be either none or tanh"):
+        call(source.to(DEVICE))
+    torch.vdev.synchronize()
+    assert_close(torch.nn.functional.gelu(source.to(DEVICE), approximate="tanh").cpu(),
+                 torch.nn.functional.gelu(source, approximate="tanh"))
+
+
+def test_narrow_copy_refuses_a_dim_out_of_range_with_narrows_index_error():
+    # CUDA narrows, then copies; CPU's own kernel asserts instead. The reference is narrow's
+    # error on CPU.
+    source = torch.randn(10, 5, 20)
+    with pytest.raises(IndexError) as on_cpu:
+        source.narrow(3, 0, 0)
+    with pytest.raises(IndexError) as on_device:
+        torch.narrow_copy(source.to(DEVICE), 3, 0, 0)
+    assert str(on_device.value) == str(on_cpu.value)
+    assert_close(torch.narrow_copy(source.to(DEVICE), -1, 2, 5).cpu(), torch.narrow_copy(source, -1, 2, 5))

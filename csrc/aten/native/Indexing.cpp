@@ -2,6 +2,9 @@
 // Each runs ATen's CPU kernel on zero-copy CPU aliases of device memory (CpuKernel.h).
 #include "aten/CpuKernel.h"
 
+#include <c10/core/WrapDimMinimal.h>
+#include <ATen/ops/narrow_copy_ops.h>
+
 #include <ATen/ops/_index_put_impl_ops.h>
 #include <ATen/ops/cat_ops.h>
 #include <ATen/ops/embedding_dense_backward_ops.h>
@@ -21,7 +24,19 @@
 
 namespace vdev {
 
+namespace {
+
+// CUDA's narrow_copy narrows, then copies, so a dim out of range is narrow's IndexError;
+// CPU's own kernel asserts on it instead. vdev wraps the dim first, as CUDA does.
+at::Tensor narrow_copy(const at::Tensor& self, int64_t dim, c10::SymInt start, c10::SymInt length) {
+  c10::maybe_wrap_dim(dim, self.dim());
+  return CpuKernel<at::_ops::narrow_copy>::call(self, dim, std::move(start), std::move(length));
+}
+
+} // namespace
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("narrow_copy", TORCH_FN(narrow_copy));
   register_cpu_kernels<
       at::_ops::embedding_dense_backward,
       at::_ops::index_Tensor,
