@@ -2,8 +2,8 @@
 // Each runs ATen's CPU kernel on zero-copy CPU aliases of device memory (CpuKernel.h).
 #include "aten/CpuKernel.h"
 
-#include <c10/core/WrapDimMinimal.h>
-#include <ATen/ops/narrow_copy_ops.h>
+#include <ATen/ops/clone.h>
+#include <ATen/ops/narrow.h>
 
 #include <ATen/ops/_index_put_impl_ops.h>
 #include <ATen/ops/cat_ops.h>
@@ -26,11 +26,11 @@ namespace vdev {
 
 namespace {
 
-// CUDA's narrow_copy narrows, then copies, so a dim out of range is narrow's IndexError;
-// CPU's own kernel asserts on it instead. vdev wraps the dim first, as CUDA does.
+// CUDA's narrow_copy narrows, then copies, so its errors are narrow's (an IndexError for a
+// dim out of range, "length must be non-negative"); CPU's own kernel asserts or words them
+// otherwise. vdev's is CUDA's.
 at::Tensor narrow_copy(const at::Tensor& self, int64_t dim, c10::SymInt start, c10::SymInt length) {
-  c10::maybe_wrap_dim(dim, self.dim());
-  return CpuKernel<at::_ops::narrow_copy>::call(self, dim, std::move(start), std::move(length));
+  return self.narrow_symint(dim, std::move(start), std::move(length)).clone(at::MemoryFormat::Contiguous);
 }
 
 } // namespace
