@@ -93,6 +93,34 @@ def test_replay_is_queued_on_the_current_stream():
     assert_close(static.cpu(), torch.ones(4))
 
 
+def test_launches_of_one_graph_on_two_streams_run_in_launch_order():
+    # As CUDA orders the launches of one graph exec: the second launch, on a stream
+    # that is free, waits for the first, held up behind 300 ms of work on its stream,
+    # and the two never overlap. Each launch is x = 2 * x + y in two steps through a
+    # temporary, so overlapping or reordered launches change the result.
+    generator = torch.Generator().manual_seed(0)
+    start, y = torch.randn(64, generator=generator), torch.randn(64, generator=generator)
+    x, y_static = start.to("vdev"), y.to("vdev")
+    graph = torch.vdev.VDEVGraph()
+    with torch.vdev.graph(graph):
+        doubled = x * 2
+        x.copy_(doubled + y_static)
+    busy, free = torch.vdev.Stream(), torch.vdev.Stream()
+    busy.wait_stream(torch.vdev.current_stream())
+    free.wait_stream(torch.vdev.current_stream())
+    with torch.vdev.stream(busy):
+        torch.vdev._sleep(300)
+        graph.replay()
+    with torch.vdev.stream(free):
+        graph.replay()
+        after_both = x.clone()
+    free.synchronize()  # not busy: the order of the launches is the runtime's
+    expected = start.clone()
+    for _ in range(2):
+        expected = expected * 2 + y
+    assert_close(after_both.cpu(), expected)
+
+
 @pytest.mark.parametrize("optimizer", ["Adam", "AdamW"])
 def test_captured_fused_optimizer_step_equals_eager_cpu_steps(optimizer):
     generator = torch.Generator().manual_seed(0)

@@ -41,6 +41,7 @@ THREADED_TESTS = [
     "capture_modes_decide_what_other_streams_may_do",
     "a_graph_destroyed_while_launched_runs_then_is_destroyed",
     "ending_a_capture_checks_the_stream_and_the_thread",
+    "launches_of_one_graph_exec_run_in_launch_order_across_streams",
 ]
 
 

@@ -22,7 +22,7 @@ class PreparedKernel {
 };
 
 // A recorded kernel's PreparedKernel, made at its first replay. Replays of one graph
-// may run at once (two instantiations, or launches on two streams), so it is made once
+// may run at once (launches of two instantiations), so it is made once
 // whichever runs first and is read-only afterwards.
 class ReplayKernel {
  public:

@@ -255,7 +255,9 @@ vdrtError_t vdrtGraphDebugDotPrint(vdrtGraph_t graph, const char* path);
  * them may outlive the others. */
 vdrtError_t vdrtGraphDestroy(vdrtGraph_t graph);
 vdrtError_t vdrtGraphInstantiate(vdrtGraphExec_t* exec, vdrtGraph_t graph);
-/* Queues one run of the graph's work on `stream` (recorded, if `stream` is capturing). */
+/* Queues one run of the graph's work on `stream` (recorded, if `stream` is capturing).
+ * As with CUDA, a launch runs after the previous launch of `exec` completes, on
+ * whichever stream that was queued. */
 vdrtError_t vdrtGraphLaunch(vdrtGraphExec_t exec, vdrtStream_t stream);
 /* Queued launches still run; the recorded work is destroyed after the last one. */
 vdrtError_t vdrtGraphExecDestroy(vdrtGraphExec_t exec);

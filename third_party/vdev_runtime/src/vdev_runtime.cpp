@@ -802,16 +802,28 @@ struct WaitWork {
   }
 };
 
-// One launch of a graph: its nodes in recording order.
+// One launch of a graph: its nodes in recording order. A launch of an executable
+// graph runs after the exec's previous launch, whichever stream that went to (as CUDA
+// orders the launches of a cudaGraphExec_t): `launches` counts them as an event's
+// records, this launch being `launch`. A launch recorded into a capture has no order.
 struct GraphRun {
   std::shared_ptr<const GraphBody> body;
+  std::shared_ptr<EventState> launches;
+  uint64_t launch = 0;
 
   static void run(void* data) {
+    auto* run = static_cast<GraphRun*>(data);
+    if (run->launches != nullptr) {
+      run->launches->wait_for(run->launch - 1);
+    }
     tls_running_graph = true;
-    for (const Node& node : static_cast<GraphRun*>(data)->body->nodes) {
+    for (const Node& node : run->body->nodes) {
       node.fn(node.data.get());
     }
     tls_running_graph = false;
+    if (run->launches != nullptr) {
+      run->launches->complete(run->launch);
+    }
   }
 };
 
@@ -1476,7 +1488,13 @@ struct vdrtGraph {
 };
 
 struct vdrtGraphExec {
-  std::shared_ptr<const GraphBody> body;
+  explicit vdrtGraphExec(std::shared_ptr<const GraphBody> body) : body(std::move(body)) {}
+
+  const std::shared_ptr<const GraphBody> body;
+  // Its queued launches, numbered in launch order (see GraphRun); `launching` keeps a
+  // number and its submission together, so a failed submission gives it back.
+  const std::shared_ptr<EventState> launches = std::make_shared<EventState>(/*timing=*/false);
+  std::mutex launching;
 };
 
 vdrtError_t vdrtStreamBeginCapture(vdrtStream_t stream, vdrtStreamCaptureMode mode) {
@@ -1640,7 +1658,7 @@ vdrtError_t vdrtGraphInstantiate(vdrtGraphExec_t* exec, vdrtGraph_t graph) {
   if (exec == nullptr || graph == nullptr) {
     return invalid("vdrtGraphInstantiate", "null pointer");
   }
-  *exec = new vdrtGraphExec{graph->body};
+  *exec = new vdrtGraphExec(graph->body);
   return vdrtSuccess;
 }
 
@@ -1649,7 +1667,28 @@ vdrtError_t vdrtGraphLaunch(vdrtGraphExec_t exec, vdrtStream_t stream) {
     return invalid("vdrtGraphLaunch", "null executable graph");
   }
   VDRT_CHECK_STREAM(stream, "vdrtGraphLaunch");
-  return stream->submit(owned_work(new GraphRun{exec->body}, "graph"), "vdrtGraphLaunch");
+  std::lock_guard<std::mutex> launching(exec->launching);
+  bool recorded = false;
+  if (captures_under_way.load(std::memory_order_acquire) != 0) {
+    std::lock_guard<std::mutex> lock(capture_mutex);
+    recorded = stream->capture != nullptr;
+  }
+  if (recorded) {
+    return stream->submit(owned_work(new GraphRun{exec->body, nullptr, 0}, "graph"), "vdrtGraphLaunch");
+  }
+  EventState& launches = *exec->launches;
+  uint64_t launch = 0;
+  {
+    std::lock_guard<std::mutex> lock(launches.mutex);
+    launch = ++launches.recorded;
+  }
+  const vdrtError_t error =
+      stream->submit(owned_work(new GraphRun{exec->body, exec->launches, launch}, "graph"), "vdrtGraphLaunch");
+  if (error != vdrtSuccess) {
+    std::lock_guard<std::mutex> lock(launches.mutex);
+    launches.recorded -= 1;
+  }
+  return error;
 }
 
 vdrtError_t vdrtGraphExecDestroy(vdrtGraphExec_t exec) {

@@ -791,6 +791,47 @@ void check_usable(vdrtStream_t stream) {
   CHECK(ran == 1);
 }
 
+TEST(launches_of_one_graph_exec_run_in_launch_order_across_streams) {
+  // The first launch is held behind a gate on its stream; the second, on a free stream,
+  // must wait for it (as CUDA orders a graph exec's launches), and they never overlap.
+  vdrtStream_t held = new_stream();
+  vdrtStream_t free_stream = new_stream();
+  std::atomic<int> launch{0};
+  std::atomic<int> running{0};
+  std::atomic<bool> overlapped{false};
+  CHECK_OK(vdrtStreamBeginCapture(held, vdrtStreamCaptureModeGlobal));
+  CHECK_OK(launch_owned(held, [&] {
+    overlapped = overlapped || running.fetch_add(1) != 0;
+    sleep_ms(5);
+    launch += 1;
+    running -= 1;
+  }));
+  vdrtGraph_t graph = nullptr;
+  CHECK_OK(vdrtStreamEndCapture(held, &graph));
+  vdrtGraphExec_t exec = nullptr;
+  CHECK_OK(vdrtGraphInstantiate(&exec, graph));
+  std::atomic<bool> gate{false};
+  CHECK_OK(launch_owned(held, [&] {
+    while (!gate) {
+      sleep_ms(1);
+    }
+  }));
+  CHECK_OK(vdrtGraphLaunch(exec, held));
+  CHECK_OK(vdrtGraphLaunch(exec, free_stream));
+  std::atomic<int> seen_after_second{-1};
+  CHECK_OK(launch_owned(free_stream, [&] { seen_after_second = launch.load(); }));
+  sleep_ms(50);
+  CHECK(launch == 0 && seen_after_second == -1);  // the second launch waits for the first
+  gate = true;
+  CHECK_OK(vdrtStreamSynchronize(free_stream));
+  CHECK(seen_after_second == 2 && !overlapped);
+  CHECK_OK(vdrtStreamSynchronize(held));
+  CHECK_OK(vdrtGraphExecDestroy(exec));
+  CHECK_OK(vdrtGraphDestroy(graph));
+  CHECK_OK(vdrtStreamDestroy(free_stream));
+  CHECK_OK(vdrtStreamDestroy(held));
+}
+
 TEST(capture_records_launches_and_replays_them) {
   vdrtStream_t stream = new_stream();
   std::atomic<int> runs{0};
