@@ -2,6 +2,8 @@
 runs the CPU kernels) behaves as CUDA does. Each test checks the refusal CUDA's kernel
 makes, and that what both accept gives the CPU result."""
 
+import warnings
+
 import pytest
 import torch
 from torch.testing import assert_close
@@ -216,3 +218,110 @@ def test_antialiased_upsampling_refuses_uint8_at_the_call(mode):
     floats = image.float()
     assert_close(torch.nn.functional.interpolate(floats.to(DEVICE), (6, 6), mode=mode, antialias=True).cpu(),
                  torch.nn.functional.interpolate(floats, (6, 6), mode=mode, antialias=True))
+
+
+@pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last_3d])
+def test_avg_pool3d_into_a_noncontiguous_out_keeps_its_strides_and_gives_cpus_values(memory_format):
+    # CPU's kernel writes a noncontiguous out as if it were contiguous; CUDA's (and vdev's)
+    # respects its strides. The reference is CPU's functional result.
+    source = torch.randn(2, 3, 4, 6, 6).contiguous(memory_format=memory_format)
+    expected = torch.nn.functional.avg_pool3d(source, 2)
+    out = torch.full((*expected.shape[:-1], expected.shape[-1] * 2), float("nan"), device=DEVICE)[..., ::2]
+    strides = out.stride()
+    result = torch._C._nn.avg_pool3d(source.to(DEVICE), 2, out=out)
+    assert result is out and out.stride() == strides
+    assert_close(out.cpu(), expected)
+    with pytest.raises(RuntimeError, match="Expected out tensor to have dtype float"):
+        torch._C._nn.avg_pool3d(source.to(DEVICE), 2, out=torch.zeros_like(out, dtype=torch.long))
+
+
+def test_logsigmoid_warns_when_it_resizes_a_non_empty_out_as_cuda_does():
+    source = torch.randn(20)
+    out = torch.zeros(21, device=DEVICE)
+    # Every other op warns so when it resizes a non-empty out= tensor (CPU's add here);
+    # CPU's log_sigmoid kernel does not, CUDA's does.
+    with pytest.warns(UserWarning, match="An output with one or more elements was resized"):
+        torch.add(source, 1, out=torch.zeros(21))
+    with pytest.warns(UserWarning, match="An output with one or more elements was resized"):
+        torch._C._nn.log_sigmoid(source.to(DEVICE), out=out)
+    assert_close(out.cpu(), torch.nn.functional.logsigmoid(source))
+    empty = torch.empty(0, device=DEVICE)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        torch._C._nn.log_sigmoid(source.to(DEVICE), out=empty)
+    assert_close(empty.cpu(), torch.nn.functional.logsigmoid(source))
+
+
+@pytest.mark.parametrize("batch, values_shape, vectors_shape", [
+    (3, (0,), (0,)),
+    (0, (0, 4), (0, 4, 4)),
+    (3, (3, 4), (3, 4, 4)),
+], ids=["resized", "empty_of_the_right_shape", "of_the_right_shape"])
+@pytest.mark.parametrize("noncontiguous", [False, True])
+def test_linalg_eig_copies_into_its_outs_as_cuda_does(batch, values_shape, vectors_shape, noncontiguous):
+    # CPU's kernel restrides empty outs to column-major in place; CUDA's computes into host
+    # temporaries and copies them in (resize_output, copy_), as the meta kernel's out= does,
+    # which is the reference for the strides. CPU's eig is the reference for the values.
+    source = torch.randn(batch, 4, 4, dtype=torch.float64)
+    expected_values, expected_vectors = torch.linalg.eig(source)
+    strides = {}
+    for device in ("meta", DEVICE):
+        values = torch.empty(values_shape, dtype=torch.complex128, device=device)
+        vectors = torch.empty(*vectors_shape[:-1], vectors_shape[-1] * 2, dtype=torch.complex128, device=device)
+        vectors = vectors[..., ::2] if noncontiguous else vectors[..., :vectors_shape[-1]].contiguous()
+        given = vectors.stride()
+        torch.linalg.eig(source.to(device), out=(values, vectors))
+        strides[device] = vectors.stride()
+        if vectors_shape == expected_vectors.shape:
+            assert vectors.stride() == given
+    assert strides[DEVICE] == strides["meta"]
+    assert_close(values.cpu(), expected_values)
+    assert_close(vectors.cpu(), expected_vectors)
+    with pytest.raises(RuntimeError, match="Expected eigenvalues to be safely castable"):
+        torch.linalg.eig(source.to(DEVICE), out=(torch.empty(values.shape, dtype=torch.long, device=DEVICE), vectors))
+
+
+@pytest.mark.parametrize("out_dtype", [torch.long, torch.int32, torch.bool])
+def test_mean_refuses_an_integral_out_at_the_call(out_dtype):
+    # CPU's error, raised by its kernel; on vdev it raised from the queued kernel at the next
+    # synchronization instead of at the call, as CUDA's does.
+    source = torch.randn(4, 5)
+    with pytest.raises(RuntimeError) as on_cpu:
+        torch.mean(source, 1, out=torch.empty(4, dtype=out_dtype))
+    out = torch.zeros(4, dtype=out_dtype, device=DEVICE)
+    with pytest.raises(RuntimeError, match=str(on_cpu.value)):
+        torch.mean(source.to(DEVICE), 1, out=out)
+    torch.vdev.synchronize()
+    assert_close(out.cpu(), torch.zeros(4, dtype=out_dtype))
+    assert_close(torch.mean(source.to(DEVICE), 1, out=torch.empty(4, device=DEVICE)).cpu(), source.mean(1))
+
+
+@pytest.mark.parametrize("call", [
+    lambda x: torch.nn.functional.gelu(x, approximate="asdf"),
+    lambda x: torch._C._nn.gelu(x, approximate="asdf", out=torch.empty_like(x)),
+    lambda x: torch._C._nn.gelu_(x.clone(), approximate="asdf"),
+    lambda x: torch.ops.aten.gelu_backward(torch.ones_like(x), x, approximate="asdf"),
+], ids=["gelu", "gelu_out", "gelu_", "gelu_backward"])
+def test_gelu_refuses_a_bad_approximation_at_the_call(call):
+    # CPU's error; on vdev it raised from the queued kernel at the next synchronization.
+    source = torch.randn(5)
+    with pytest.raises(RuntimeError, match="approximate argument must be either none or tanh"):
+        call(source)
+    with pytest.raises(RuntimeError, match="approximate argument must be either none or tanh"):
+        call(source.to(DEVICE))
+    torch.vdev.synchronize()
+    assert_close(torch.nn.functional.gelu(source.to(DEVICE), approximate="tanh").cpu(),
+                 torch.nn.functional.gelu(source, approximate="tanh"))
+
+
+@pytest.mark.parametrize("dim, start, length", [(3, 0, 0), (0, 0, -1), (0, 11, 0)])
+def test_narrow_copy_raises_narrows_errors(dim, start, length):
+    # CUDA narrows, then copies; CPU's own kernel asserts or words its errors otherwise. The
+    # reference is narrow's error on CPU.
+    source = torch.randn(10, 5, 20)
+    with pytest.raises((IndexError, RuntimeError)) as on_cpu:
+        source.narrow(dim, start, length)
+    with pytest.raises(type(on_cpu.value)) as on_device:
+        torch.narrow_copy(source.to(DEVICE), dim, start, length)
+    assert str(on_device.value) == str(on_cpu.value)
+    assert_close(torch.narrow_copy(source.to(DEVICE), -1, 2, 5).cpu(), torch.narrow_copy(source, -1, 2, 5))

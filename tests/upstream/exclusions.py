@@ -17,6 +17,11 @@ MODULES_WITH_PARAMETERS = (
     "TransformerEncoder", "TransformerEncoderLayer",
 )
 
+# _refs.linspace's integer dtypes, which the OpInfo expects to fail on every device type it lists.
+LINSPACE_INTEGER_ROUNDING = (
+    "the OpInfo expects it to fail on cpu, cuda and xpu alike (DecorateInfo expectedFailure: _refs.linspace "
+    "rounds integer steps unlike torch.linspace), as it does on vdev")
+
 TEST_EXCLUSIONS = {
     "TestShapeOps": {
         "test_diagonal_multidim": "@onlyCPU: compares against x.numpy() of the device tensor",
@@ -80,5 +85,18 @@ TEST_EXCLUSIONS = {
     "TestFakeTensor": {
         "test_fake_autocast_linalg_pinv_float32": "the test skips it on cpu and cuda (fake_autocast_device_skips, 'TODO: investigate/fix'): under autocast the fake result's dtype differs from the real one, float32 against float16, as on vdev",
         "test_fake_autocast_pinverse_float32": "the test skips it on cuda (fake_autocast_device_skips['cuda'], 'TODO: investigate/fix'): under CUDA's autocast policy, which vdev's follows, the fake result's dtype differs from the real one, float32 against float16",
+    },
+    "TestCommon": {
+        "test_python_ref__refs_linspace_int*": LINSPACE_INTEGER_ROUNDING,
+        "test_python_ref__refs_linspace_uint8": LINSPACE_INTEGER_ROUNDING,
+        "test_python_ref_torch_fallback__refs_linspace_int*": LINSPACE_INTEGER_ROUNDING,
+        "test_python_ref_torch_fallback__refs_linspace_uint8": LINSPACE_INTEGER_ROUNDING,
+        "test_python_ref_torch_fallback__refs_linspace_tensor_overload_int*": LINSPACE_INTEGER_ROUNDING,
+        "test_python_ref_torch_fallback__refs_linspace_tensor_overload_uint8": LINSPACE_INTEGER_ROUNDING,
+        "test_python_ref__refs_linspace_tensor_overload_*": "the OpInfo expects it to fail for every dtype on cpu and cuda alike (DecorateInfo expectedFailure: no _refs for aten.copy, integer rounding), as it does on vdev",
+        "test_python_ref__refs_logspace_tensor_overload_*": "the OpInfo expects it to fail for every dtype on cpu and cuda alike (DecorateInfo expectedFailure: no _refs for aten.copy, integer rounding), as it does on vdev",
+        "test_python_ref_errors__refs_where": "expects TensorIterator's same-device error from FakeTensors on a non-CPU device; the OpInfo expects CUDA and MPS to raise FakeTensor's 'not on the expected device cpu' instead (DecorateInfo expectedFailure, device_type='cuda'), as vdev does",
+        "test_noncontiguous_samples_native_group_norm_*": "native_group_norm refuses noncontiguous input on every device (DecorateInfo expectedFailure for cpu, cuda and mps), with the same error on vdev",
+        "test_out_randn_float32": "mirrors DecorateInfo(expectedFailure, 'TestCommon', 'test_out', device_type='cpu'): CPU's normal_ draws a noncontiguous out in another order than a contiguous one, and vdev draws the CPU generator's numbers by design (seeded results equal CPU's, tests/test_async_random.py)",
     },
 }

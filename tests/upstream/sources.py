@@ -50,8 +50,8 @@ SOURCES = {
     "test_nn.py": Source("maggiemoss/pytorch", "4b78f85938a63c12719f266324b57ffe9f3b7581", 309699,
                          excerpt=((0, 3556), (408803, 714871), (718764, 718839))),
     "test_optim.py": Source("maggiemoss/pytorch", "eb4247c60570b3bd9f6404efae673f748ea0a5ea", 101878),
-    "test_ops.py": Source("Lord-Melflam/pytorch", "26f0db325cdb64dc0972ee2aa167df8fac18ffc7", 43292,
-                          excerpt=((0, 5938), (78458, 101401), (108521, 122703), (128729, 128850), (128924, 129032))),
+    "test_ops.py": Source("Lord-Melflam/pytorch", "26f0db325cdb64dc0972ee2aa167df8fac18ffc7", 115881,
+                          excerpt=((0, 101401), (108521, 122703), (128660, 128850), (128924, 129032))),
     "test_serialization.py": Source("maggiemoss/pytorch", "4b78f85938a63c12719f266324b57ffe9f3b7581", 304732),
 }
 

@@ -2,6 +2,9 @@
 // Each runs ATen's CPU kernel on zero-copy CPU aliases of device memory (CpuKernel.h).
 #include "aten/CpuKernel.h"
 
+#include <ATen/ops/clone.h>
+#include <ATen/ops/narrow.h>
+
 #include <ATen/ops/_index_put_impl_ops.h>
 #include <ATen/ops/cat_ops.h>
 #include <ATen/ops/embedding_dense_backward_ops.h>
@@ -21,7 +24,19 @@
 
 namespace vdev {
 
+namespace {
+
+// CUDA's narrow_copy narrows, then copies, so its errors are narrow's (an IndexError for a
+// dim out of range, "length must be non-negative"); CPU's own kernel asserts or words them
+// otherwise. vdev's is CUDA's.
+at::Tensor narrow_copy(const at::Tensor& self, int64_t dim, c10::SymInt start, c10::SymInt length) {
+  return self.narrow_symint(dim, std::move(start), std::move(length)).clone(at::MemoryFormat::Contiguous);
+}
+
+} // namespace
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("narrow_copy", TORCH_FN(narrow_copy));
   register_cpu_kernels<
       at::_ops::embedding_dense_backward,
       at::_ops::index_Tensor,

@@ -4,6 +4,8 @@
 // fallback's per-call cost on it, a small op no training step needs.
 #include "aten/CpuKernel.h"
 
+#include <ATen/native/Gelu.h>
+
 #include <ATen/ops/_log_softmax_ops.h>
 #include <ATen/ops/_log_softmax_backward_data_ops.h>
 #include <ATen/ops/_softmax_ops.h>
@@ -97,8 +99,45 @@
 #include <ATen/ops/zero_ops.h>
 
 namespace vdev {
+namespace {
+
+// gelu's meta function takes any `approximate`; CPU's kernel refuses a bad one only when
+// it runs, which on vdev's stream is at the next synchronization, in whatever came next.
+// CUDA's refuses it on the host at the call, as vdev does here.
+at::Tensor gelu(const at::Tensor& self, c10::string_view approximate) {
+  at::native::get_gelutype_enum(approximate);
+  return CpuKernel<at::_ops::gelu>::call(self, approximate);
+}
+
+at::Tensor& gelu_out(const at::Tensor& self, c10::string_view approximate, at::Tensor& out) {
+  at::native::get_gelutype_enum(approximate);
+  return CpuKernel<at::_ops::gelu_out>::call(self, approximate, out);
+}
+
+at::Tensor& gelu_(at::Tensor& self, c10::string_view approximate) {
+  at::native::get_gelutype_enum(approximate);
+  return CpuKernel<at::_ops::gelu_>::call(self, approximate);
+}
+
+at::Tensor gelu_backward(const at::Tensor& grad_output, const at::Tensor& self, c10::string_view approximate) {
+  at::native::get_gelutype_enum(approximate);
+  return CpuKernel<at::_ops::gelu_backward>::call(grad_output, self, approximate);
+}
+
+at::Tensor& gelu_backward_grad_input(
+    const at::Tensor& grad_output, const at::Tensor& self, c10::string_view approximate, at::Tensor& grad_input) {
+  at::native::get_gelutype_enum(approximate);
+  return CpuKernel<at::_ops::gelu_backward_grad_input>::call(grad_output, self, approximate, grad_input);
+}
+
+} // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("gelu", TORCH_FN(gelu));
+  m.impl("gelu.out", TORCH_FN(gelu_out));
+  m.impl("gelu_", TORCH_FN(gelu_));
+  m.impl("gelu_backward", TORCH_FN(gelu_backward));
+  m.impl("gelu_backward.grad_input", TORCH_FN(gelu_backward_grad_input));
   register_cpu_kernels<
       at::_ops::conj_physical_out,
       at::_ops::conj_physical_,
@@ -168,11 +207,6 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
       at::_ops::threshold_,
       at::_ops::threshold_backward,
       at::_ops::threshold_backward_grad_input,
-      at::_ops::gelu,
-      at::_ops::gelu_out,
-      at::_ops::gelu_,
-      at::_ops::gelu_backward,
-      at::_ops::gelu_backward_grad_input,
       at::_ops::silu,
       at::_ops::silu_out,
       at::_ops::silu_,

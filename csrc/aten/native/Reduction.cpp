@@ -2,6 +2,8 @@
 // Each runs ATen's CPU kernel on zero-copy CPU aliases of device memory (CpuKernel.h).
 #include "aten/CpuKernel.h"
 
+#include <c10/core/DefaultDtype.h>
+
 #include <ATen/ops/all_ops.h>
 #include <ATen/ops/amax_ops.h>
 #include <ATen/ops/amin_ops.h>
@@ -25,15 +27,35 @@
 #include <ATen/ops/var_mean_ops.h>
 
 namespace vdev {
+namespace {
+
+// CPU's mean.out sums into out's dtype and divides it in place, which an integral out
+// refuses; the meta function does not check it, so the launched kernel would raise at the
+// next synchronization, in whatever came next. CUDA's kernel refuses it at the call, as
+// vdev does here, with CPU's error.
+at::Tensor& mean_out(
+    const at::Tensor& self,
+    at::OptionalIntArrayRef dim,
+    bool keepdim,
+    std::optional<at::ScalarType> dtype,
+    at::Tensor& out) {
+  TORCH_CHECK(
+      dtype.has_value() || !c10::isIntegralType(out.scalar_type(), /*includeBool=*/true),
+      "result type ", c10::typeMetaToScalarType(c10::get_default_dtype()),
+      " can't be cast to the desired output type ", out.scalar_type());
+  return CpuKernel<at::_ops::mean_out>::call(self, dim, keepdim, dtype, out);
+}
+
+} // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("mean.out", TORCH_FN(mean_out));
   register_cpu_kernels<
       at::_ops::sum_dim_IntList,
       at::_ops::mode,
       at::_ops::mode_values,
       at::_ops::sum_IntList_out,
       at::_ops::mean_dim,
-      at::_ops::mean_out,
       at::_ops::amax,
       at::_ops::amax_out,
       at::_ops::amin,
