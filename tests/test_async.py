@@ -330,6 +330,7 @@ READ_IDS = ["item", "cpu", "tolist", "device_synchronize", "stream_synchronize",
 )
 def test_launched_ops_return_at_once_and_reads_wait_for_them(op, read):
     x = _device_ones()
+    op(x)  # a first launch with new dtypes waits for its kernel (csrc/aten/SupportedDtypes.h)
     torch.vdev.synchronize()
     stream = torch.vdev.current_stream()
     torch.vdev._sleep(BUSY_MS)
@@ -341,6 +342,7 @@ def test_launched_ops_return_at_once_and_reads_wait_for_them(op, read):
 
 def test_query_is_false_while_a_launched_add_is_pending():
     x = _device_ones()
+    x + x  # dtypes seen before, so the launch below does not wait for its kernel
     stream = torch.vdev.current_stream()
     torch.vdev._sleep(BUSY_MS)
     y = x + x
@@ -800,3 +802,78 @@ def _recorded_event():
     event = torch.vdev.Event()
     event.record()
     return event
+
+
+# The first launch of an op with arguments of dtypes not yet seen waits for its kernel
+# (csrc/aten/SupportedDtypes.h), so a dtype the CPU kernel does not support raises at
+# the call, as on CUDA. Each test uses dtypes no other test of this process launches
+# the op with.
+def _cpu_error(call, *tensors):
+    with pytest.raises(NotImplementedError) as error:
+        call(*(tensor.cpu() for tensor in tensors))
+    return str(error.value)
+
+
+def test_an_unsupported_dtype_raises_at_the_call_and_the_device_stays_usable():
+    flags = torch.tensor([True, False, True], device="vdev")
+    cpu_message = _cpu_error(torch.gcd, flags, flags)
+    assert cpu_message == "\"gcd_cpu\" not implemented for 'Bool'"
+    for _ in range(2):  # every call raises, not only the first
+        torch.vdev._sleep(BUSY_MS)  # the error does not wait for the next synchronization
+        with pytest.raises(NotImplementedError, match="aten::gcd") as error:
+            torch.gcd(flags, flags)
+        assert cpu_message in str(error.value)
+    torch.vdev.synchronize()  # the stream never saw the error
+    values = torch.tensor([12, 18, 7], dtype=torch.int16)
+    assert torch.equal(torch.gcd(values.to("vdev"), values.flip(0).to("vdev")).cpu(), torch.gcd(values, values.flip(0)))
+
+
+def test_an_unsupported_dtype_leaves_an_earlier_kernel_failure_to_the_stream():
+    flags = torch.tensor([True], device="vdev")
+    torch_vdev._C._fail_in_kernel("index 9 is out of bounds")
+    with pytest.raises(NotImplementedError, match="lcm_cpu"):
+        torch.lcm(flags, flags)
+    with pytest.raises(RuntimeError, match="vdev::_fail_in_kernel: index 9 is out of bounds"):
+        torch.vdev.synchronize()
+    torch.vdev.synchronize()
+
+
+def test_an_index_error_at_the_first_launch_of_a_signature_surfaces_at_the_next_synchronization():
+    source = torch.arange(4, dtype=torch.int16, device="vdev")
+    index = torch.tensor([[1, 7]], device="vdev")
+    scattered = torch.zeros(1, 2, dtype=torch.int16, device="vdev").scatter_add(1, index, source[None, :2])
+    assert scattered.shape == (1, 2)
+    with pytest.raises(RuntimeError, match="index 7 is out of bounds for dimension 1 with size 2"):
+        torch.vdev.synchronize()
+    torch.vdev.synchronize()  # reported once
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.int8])
+def test_a_supported_fresh_signature_runs_and_then_queues(dtype):
+    a = torch.tensor([[3, -4], [5, 7]], dtype=dtype)
+    b = torch.tensor([[2, 2], [-3, 4]], dtype=dtype)
+    for _ in range(2):
+        assert torch.equal(torch.remainder(a.to("vdev"), b.to("vdev")).cpu(), torch.remainder(a, b))
+    ones, threes = torch.ones(5, 2, dtype=dtype, device="vdev"), torch.full((5, 2), 3, dtype=dtype, device="vdev")
+    torch.vdev._sleep(BUSY_MS)
+    result = torch.remainder(ones, threes)  # other sizes, known dtypes: queued without waiting
+    assert not torch.vdev.current_stream().query()
+    assert torch.equal(result.cpu(), torch.ones(5, 2, dtype=dtype))
+
+
+def test_an_unsupported_dtype_raises_at_the_launch_with_launch_blocking(run_in_subprocess):
+    script = """
+import torch, torch_vdev
+flags = torch.tensor([True], device='vdev')
+for _ in range(2):
+    try:
+        torch.gcd(flags, flags)
+    except NotImplementedError as error:
+        print('raised:', error)
+torch.vdev.synchronize()
+print('usable', torch.ones(2, device='vdev').sum().item())
+"""
+    result = run_in_subprocess(script, env={"VDEV_LAUNCH_BLOCKING": "1"})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("raised: aten::gcd: \"gcd_cpu\" not implemented for 'Bool'") == 2
+    assert "usable 2.0" in result.stdout

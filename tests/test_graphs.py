@@ -767,3 +767,15 @@ def test_replayed_model_training_steps_equal_eager_vdev_and_cpu(name, options):
             losses["cpu"].append(cpu_loss)
     assert_close(losses["replay"], losses["vdev"], rtol=1e-4, atol=1e-5)
     assert_close(losses["replay"], losses["cpu"], rtol=1e-4, atol=1e-5)
+
+
+def test_capturing_a_launch_of_dtypes_not_seen_yet_records_it():
+    # The first launch of an op with new dtypes waits for its kernel, but not in a capture.
+    a = torch.tensor([1.5, -2.0, 3.0], dtype=torch.float64)
+    b = torch.tensor([0.5, 4.0, -1.0], dtype=torch.float64)
+    static_a, static_b = a.to("vdev"), b.to("vdev")
+    graph = torch.vdev.VDEVGraph()
+    with torch.vdev.graph(graph):
+        static_out = torch.logaddexp2(static_a, static_b)
+    graph.replay()
+    assert_close(static_out.cpu(), torch.logaddexp2(a, b))

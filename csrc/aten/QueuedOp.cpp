@@ -3,6 +3,7 @@
 #include "aten/CpuRedispatch.h"
 #include "aten/MetaKernels.h"
 #include "aten/MetaResultCache.h"
+#include "aten/SupportedDtypes.h"
 #include "aten/Tensor.h"
 #include "graphs/ReplayKernel.h"
 #include "profiler/DeviceActivity.h"
@@ -18,6 +19,7 @@
 
 #include <atomic>
 #include <exception>
+#include <optional>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -582,8 +584,13 @@ bool launch_op(const c10::OperatorHandle& op, const OperatorFacts& facts, torch:
     output.unsafeGetTensorImpl()->_set_conj(meta.conj);
     output.unsafeGetTensorImpl()->_set_neg(meta.neg);
   }
-  if (computed.has_value() && describable && computed->rememberable) {
-    remember_meta_result(signature, computed->result);
+  // A remembered signature's dtypes ran: it was remembered after its kernel ran below.
+  std::optional<DtypeSignature> unproven_dtypes;
+  if (remembered == nullptr) {
+    unproven_dtypes.emplace(op, arguments);
+    if (unproven_dtypes->known_to_run()) {
+      unproven_dtypes.reset();
+    }
   }
 
   // The kernel's arguments, captured now. CPU tensors (scalars, index lists) are
@@ -632,8 +639,7 @@ bool launch_op(const c10::OperatorHandle& op, const OperatorFacts& facts, torch:
     kernel_stack.emplace_back(launched(output, kernel_stack.size(), -1, true));
   }
 
-  launch(
-      current_stream(device), name,
+  auto kernel =
       [cpu_op = *plan.cpu_op, cpu_kernel = plan.cpu_kernel, kernel_arguments = std::move(kernel_arguments), name,
        device, replay = ReplayKernel()](bool only_run) mutable {
         profiler::ActivityScope activity(profiler::ActivityKind::kKernel, name, device);
@@ -650,7 +656,17 @@ bool launch_op(const c10::OperatorHandle& op, const OperatorFacts& facts, torch:
           cpu_op.redispatchBoxed(kCpu, &kernel_stack);
         }
         kernel_arguments.keep_outputs_as_sized();
-      });
+      };
+  bool dtypes_run = !unproven_dtypes.has_value();
+  if (dtypes_run) {
+    launch(current_stream(device), name, std::move(kernel));
+  } else if (launch_checking_support(current_stream(device), name, std::move(kernel))) {
+    unproven_dtypes->note_runs();
+    dtypes_run = true;
+  }
+  if (computed.has_value() && describable && computed->rememberable && dtypes_run) {
+    remember_meta_result(signature, computed->result);
+  }
 
   c10::SmallVector<c10::IValue, 2> results;
   if (plan.fresh_outputs > 0) {

@@ -88,6 +88,13 @@ void run_kernel(void* data) {
       launched.emplace(kernel->origin);
     }
     kernel->run(only_run());
+  } catch (const c10::NotImplementedError& error) {
+    if (kernel->unsupported != nullptr) {
+      kernel->unsupported->thrown = true;
+      kernel->unsupported->message = error.what_without_backtrace();
+    } else {
+      vdrtReportLaunchFailure((std::string(kernel->op_name) + ": " + error.what_without_backtrace()).c_str());
+    }
   } catch (const c10::Error& error) {
     vdrtReportLaunchFailure(
         (std::string(kernel->op_name) + ": " + error.what_without_backtrace()).c_str());
@@ -103,7 +110,7 @@ void destroy_kernel(void* data) {
 } // namespace
 
 namespace detail {
-void launch_kernel(const c10::Stream& stream, const char* op_name, std::unique_ptr<Kernel> kernel) {
+bool launch_kernel(const c10::Stream& stream, const char* op_name, std::unique_ptr<Kernel> kernel, bool check_support) {
   kernel->op_name = op_name;
   c10::impl::LocalDispatchKeySet keys = c10::impl::tls_local_dispatch_key_set();
   keys.excluded_ = keys.excluded_ | kHandledOnHost;
@@ -112,9 +119,21 @@ void launch_kernel(const c10::Stream& stream, const char* op_name, std::unique_p
   if (profiler::recording()) {
     kernel->origin = profiler::launch_origin(stream);
   }
+  std::shared_ptr<Kernel::Unsupported> unsupported;
+  if (check_support && !is_stream_capturing(stream)) {
+    unsupported = std::make_shared<Kernel::Unsupported>();
+    kernel->unsupported = unsupported;
+  }
   vdrtStream_t queue = runtime_stream(stream);
   // The runtime owns the kernel from here (destroying it if the launch fails).
   check_runtime(vdrtLaunchHostFuncOwned(queue, &run_kernel, kernel.release(), &destroy_kernel, op_name), op_name);
+  if (unsupported == nullptr) {
+    return false;
+  }
+  // The worker wrote `unsupported` before the wait saw the kernel complete.
+  check_runtime(vdrtStreamWaitQueued(queue), op_name);
+  TORCH_CHECK_NOT_IMPLEMENTED(!unsupported->thrown, op_name, ": ", unsupported->message);
+  return true;
 }
 } // namespace detail
 

@@ -9,6 +9,7 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include <memory>
+#include <string>
 #include <type_traits>
 #include <utility>
 
@@ -32,6 +33,13 @@ class Kernel {
   c10::AutogradState autograd{false, false, false, false};
   // Set while the profiler records: what the kernel's device activity is attributed to.
   profiler::LaunchOrigin origin;
+  // Set by a launch that waits to learn whether the kernel supports its arguments'
+  // dtypes: the kernel's c10::NotImplementedError goes here instead of to the stream.
+  struct Unsupported {
+    bool thrown = false;
+    std::string message;
+  };
+  std::shared_ptr<Unsupported> unsupported;
 };
 
 template <class Body>
@@ -51,8 +59,10 @@ class KernelOf final : public Kernel {
   Body body_;
 };
 
-// Queues `kernel` (owned by the runtime from here) on `stream`.
-VDEV_API void launch_kernel(const c10::Stream& stream, const char* op_name, std::unique_ptr<Kernel> kernel);
+// Queues `kernel` (owned by the runtime from here) on `stream`; with `check_support`,
+// as launch_checking_support. Returns whether it learned the kernel ran.
+VDEV_API bool launch_kernel(
+    const c10::Stream& stream, const char* op_name, std::unique_ptr<Kernel> kernel, bool check_support = false);
 } // namespace detail
 
 // Queues `body` on `stream`: it runs on the stream's worker thread after the
@@ -75,6 +85,21 @@ void launch(const c10::Stream& stream, const char* op_name, Body&& body) {
   detail::launch_kernel(
       stream, op_name,
       std::make_unique<detail::KernelOf<std::decay_t<Body>>>(std::decay_t<Body>(std::forward<Body>(body))));
+}
+
+// As launch, for the first launch of a kernel with arguments of dtypes it has not run
+// with (SupportedDtypes.h): unless the stream captures a graph, waits until the body
+// ran. If the body threw c10::NotImplementedError (its CPU kernel's AT_DISPATCH does
+// not cover a dtype), raises it here naming `op_name`, as CUDA raises an unsupported
+// dtype at the call, and the stream never sees it; the body's other errors stay the
+// stream's, raised at its next synchronization. Returns true if the body ran without
+// that error (the dtypes are then known to run), false while capturing.
+template <class Body>
+bool launch_checking_support(const c10::Stream& stream, const char* op_name, Body&& body) {
+  return detail::launch_kernel(
+      stream, op_name,
+      std::make_unique<detail::KernelOf<std::decay_t<Body>>>(std::decay_t<Body>(std::forward<Body>(body))),
+      /*check_support=*/true);
 }
 
 } // namespace vdev

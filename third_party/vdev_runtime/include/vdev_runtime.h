@@ -134,6 +134,9 @@ vdrtError_t vdrtStreamQuery(vdrtStream_t stream);
 /* Blocks until the work queued before the call completes. Returns (and clears) the
  * first launch failure on the stream since its last synchronization. */
 vdrtError_t vdrtStreamSynchronize(vdrtStream_t stream);
+/* Blocks until the work queued before the call completes, as vdrtStreamSynchronize,
+ * but leaves a launch failure on the stream for its next synchronization. */
+vdrtError_t vdrtStreamWaitQueued(vdrtStream_t stream);
 
 /* ---- work on streams ---- */
 

@@ -1216,6 +1216,18 @@ vdrtError_t vdrtStreamSynchronize(vdrtStream_t stream) {
   return stream->synchronize();
 }
 
+vdrtError_t vdrtStreamWaitQueued(vdrtStream_t stream) {
+  VDRT_CHECK_STREAM(stream, "vdrtStreamWaitQueued");
+  if (vdrtError_t error = check_observable(stream, "vdrtStreamWaitQueued")) {
+    return error;
+  }
+  if (tls_running_stream == stream) {
+    return fail(vdrtErrorWouldDeadlock, "a stream's own work cannot wait for that stream to complete");
+  }
+  stream->wait_idle();
+  return vdrtSuccess;
+}
+
 vdrtError_t vdrtLaunchHostFunc(vdrtStream_t stream, vdrtHostFn fn, void* user_data) {
   VDRT_CHECK_STREAM(stream, "vdrtLaunchHostFunc");
   if (fn == nullptr) {
