@@ -877,3 +877,20 @@ print('usable', torch.ones(2, device='vdev').sum().item())
     assert result.returncode == 0, result.stderr
     assert result.stdout.count("raised: aten::gcd: \"gcd_cpu\" not implemented for 'Bool'") == 2
     assert "usable 2.0" in result.stdout
+
+
+def test_an_unsupported_dtype_of_a_queued_foreach_op_raises_at_the_call():
+    cpu_flags = [torch.tensor([True, False])]
+    cpu_message = _cpu_error(lambda flag: torch._foreach_lerp_([flag], [flag], 0.5), *cpu_flags)
+    flags = [cpu_flags[0].to("vdev")]
+    for _ in range(2):
+        with pytest.raises(NotImplementedError, match="aten::_foreach_lerp_") as error:
+            torch._foreach_lerp_(flags, flags, 0.5)
+        assert cpu_message in str(error.value)
+    torch.vdev.synchronize()
+    halves = [torch.tensor([1.0, 3.0], dtype=torch.float64)]
+    targets = [torch.tensor([3.0, -1.0], dtype=torch.float64)]
+    on_device = [halves[0].to("vdev")]
+    torch._foreach_lerp_(on_device, [targets[0].to("vdev")], 0.25)
+    torch._foreach_lerp_(halves, targets, 0.25)
+    assert torch.equal(on_device[0].cpu(), halves[0])

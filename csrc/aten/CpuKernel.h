@@ -9,6 +9,7 @@
 #include "aten/CpuRedispatch.h"
 #include "aten/OperatorFacts.h"
 #include "aten/QueuedOp.h"
+#include "aten/SupportedDtypes.h"
 #include "runtime/Device.h"
 #include "runtime/Launch.h"
 
@@ -489,17 +490,22 @@ struct QueuedCpuKernel<Op, void(Args...)> {
       size_t index = 0;
       ((facts.written[index++] ? cpu_kernel::bump_versions(args) : void()), ...);
     }
-    launch(
-        current_stream(device), Op::name,
-        [kept = std::make_tuple(cpu_kernel::Kept<Args>::keep(args)...), device]() mutable {
-          profiler::ActivityScope activity(profiler::ActivityKind::kKernel, Op::name, device);
-          std::apply(
-              [](auto&... argument) {
-                constexpr c10::DispatchKeySet kCpu(c10::DispatchKey::CPU);
-                Op::redispatch(kCpu, argument...);
-              },
-              kept);
-        });
+    DtypeSignature dtypes(Op::name);
+    (dtypes.add(args), ...);
+    auto kernel = [kept = std::make_tuple(cpu_kernel::Kept<Args>::keep(args)...), device]() mutable {
+      profiler::ActivityScope activity(profiler::ActivityKind::kKernel, Op::name, device);
+      std::apply(
+          [](auto&... argument) {
+            constexpr c10::DispatchKeySet kCpu(c10::DispatchKey::CPU);
+            Op::redispatch(kCpu, argument...);
+          },
+          kept);
+    };
+    if (dtypes.known_to_run()) {
+      launch(current_stream(device), Op::name, std::move(kernel));
+    } else if (launch_checking_support(current_stream(device), Op::name, std::move(kernel))) {
+      dtypes.note_runs();
+    }
   }
 };
 

@@ -32,41 +32,84 @@ c10::TypeKind kind_of(const c10::Argument& argument) {
 
 DtypeSignature::DtypeSignature(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> arguments) {
   const c10::FunctionSchema& schema = op.schema();
-  const void* op_identity = &schema;
-  key_.append(reinterpret_cast<const char*>(&op_identity), sizeof(op_identity));
+  add_identity(&schema);
   for (size_t i = 0; i < arguments.size(); ++i) {
     const c10::IValue& value = arguments[i];
     if (value.isTensor()) {
-      add_tensor(value.toTensor());
+      add(value.toTensor());
     } else if (value.isNone()) {
       key_.push_back('n');
     } else if (value.isList()) {
       key_.push_back('[');
       for (const c10::IValue& element : value.toListRef()) {
         if (element.isTensor()) {
-          add_tensor(element.toTensor());
+          add(element.toTensor());
         } else if (element.isNone()) {
           key_.push_back('n');
         }
       }
       key_.push_back(']');
     } else if (value.isString()) {
-      key_.push_back('"');
-      key_.append(value.toStringRef());
-      key_.push_back('\0');
+      add(c10::string_view(value.toStringRef()));
     } else if (i < schema.arguments().size()) {
       const c10::TypeKind kind = kind_of(schema.arguments()[i]);
       if (kind == c10::TypeKind::NumberType) {
-        key_.push_back(value.isComplexDouble() ? 'c' : value.isDouble() ? 'f' : value.isBool() ? 'b' : 'i');
+        add(value.toScalar());
       } else if (kind == c10::TypeKind::ScalarTypeType && value.isInt()) {
-        key_.push_back('d');
-        key_.push_back(static_cast<char>(value.toInt()));
+        add(std::optional<c10::ScalarType>(static_cast<c10::ScalarType>(value.toInt())));
       }
     }
   }
 }
 
-void DtypeSignature::add_tensor(const at::Tensor& tensor) {
+DtypeSignature::DtypeSignature(const char* op_name) {
+  add_identity(op_name);
+}
+
+void DtypeSignature::add_identity(const void* identity) {
+  key_.append(reinterpret_cast<const char*>(&identity), sizeof(identity));
+}
+
+void DtypeSignature::add(const std::optional<at::Tensor>& tensor) {
+  if (tensor.has_value()) {
+    add(*tensor);
+  } else {
+    key_.push_back('n');
+  }
+}
+
+void DtypeSignature::add(at::TensorList tensors) {
+  key_.push_back('[');
+  for (const at::Tensor& tensor : tensors) {
+    add(tensor);
+  }
+  key_.push_back(']');
+}
+
+void DtypeSignature::add(const c10::Scalar& scalar) {
+  key_.push_back(scalar.isComplex() ? 'c' : scalar.isFloatingPoint() ? 'f' : scalar.isBoolean() ? 'b' : 'i');
+}
+
+void DtypeSignature::add(c10::ArrayRef<c10::Scalar> scalars) {
+  key_.push_back('[');
+  for (const c10::Scalar& scalar : scalars) {
+    add(scalar);
+  }
+  key_.push_back(']');
+}
+
+void DtypeSignature::add(std::optional<c10::ScalarType> dtype) {
+  key_.push_back('d');
+  key_.push_back(dtype.has_value() ? static_cast<char>(*dtype) : 'n');
+}
+
+void DtypeSignature::add(c10::string_view text) {
+  key_.push_back('"');
+  key_.append(text.data(), text.size());
+  key_.push_back('\0');
+}
+
+void DtypeSignature::add(const at::Tensor& tensor) {
   if (!tensor.defined()) {
     key_.push_back('u');
     return;

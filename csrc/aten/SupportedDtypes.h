@@ -2,6 +2,7 @@
 
 #include <ATen/core/ivalue.h>
 
+#include <optional>
 #include <string>
 
 namespace c10 {
@@ -20,14 +21,27 @@ namespace vdev {
 // tensor or None distinct), each Scalar's type, each ScalarType and string argument.
 class DtypeSignature {
  public:
+  // A boxed call's signature.
   DtypeSignature(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> arguments);
+  // An unboxed call's: `op_name` (a string literal, unique per overload) and add(argument)...
+  explicit DtypeSignature(const char* op_name);
+
+  void add(const at::Tensor& tensor);
+  void add(const std::optional<at::Tensor>& tensor);
+  void add(at::TensorList tensors);
+  void add(const c10::Scalar& scalar);
+  void add(c10::ArrayRef<c10::Scalar> scalars);
+  void add(std::optional<c10::ScalarType> dtype);
+  void add(c10::string_view text);
+  template <class Other>
+  void add(const Other& /*selects no dtype*/) {}
 
   // Process-wide: whether a launch with this signature ran without NotImplementedError.
   bool known_to_run() const;
   void note_runs() const;
 
  private:
-  void add_tensor(const at::Tensor& tensor);
+  void add_identity(const void* identity);
 
   std::string key_;
 };
