@@ -2,7 +2,9 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 
-#include <cstring>
+#include <deque>
+#include <string>
+#include <string_view>
 #include <mutex>
 #include <shared_mutex>
 #include <unordered_set>
@@ -12,7 +14,8 @@ namespace {
 
 struct KnownSignatures {
   std::shared_mutex mutex;
-  std::unordered_set<std::string> keys;
+  std::unordered_set<std::string_view> keys;  // views of `storage`, looked up without a copy
+  std::deque<std::string> storage;            // never moves its strings
 };
 
 KnownSignatures& known_signatures() {
@@ -67,7 +70,8 @@ DtypeSignature::DtypeSignature(const char* op_name) {
 }
 
 void DtypeSignature::add_identity(const void* identity) {
-  key_.append(reinterpret_cast<const char*>(&identity), sizeof(identity));
+  const char* bytes = reinterpret_cast<const char*>(&identity);
+  key_.append(bytes, bytes + sizeof(identity));
 }
 
 void DtypeSignature::add(const std::optional<at::Tensor>& tensor) {
@@ -105,7 +109,7 @@ void DtypeSignature::add(std::optional<c10::ScalarType> dtype) {
 
 void DtypeSignature::add(c10::string_view text) {
   key_.push_back('"');
-  key_.append(text.data(), text.size());
+  key_.append(text.begin(), text.end());
   key_.push_back('\0');
 }
 
@@ -122,13 +126,16 @@ void DtypeSignature::add(const at::Tensor& tensor) {
 bool DtypeSignature::known_to_run() const {
   KnownSignatures& known = known_signatures();
   std::shared_lock<std::shared_mutex> lock(known.mutex);
-  return known.keys.count(key_) != 0;
+  return known.keys.count(std::string_view(key_.data(), key_.size())) != 0;
 }
 
 void DtypeSignature::note_runs() const {
   KnownSignatures& known = known_signatures();
   std::unique_lock<std::shared_mutex> lock(known.mutex);
-  known.keys.insert(key_);
+  const std::string_view key(key_.data(), key_.size());
+  if (known.keys.count(key) == 0) {
+    known.keys.insert(known.storage.emplace_back(key));
+  }
 }
 
 } // namespace vdev

@@ -1,9 +1,9 @@
 #pragma once
 
 #include <ATen/core/ivalue.h>
+#include <c10/util/SmallVector.h>
 
 #include <optional>
-#include <string>
 
 namespace c10 {
 class OperatorHandle;
@@ -43,7 +43,7 @@ class DtypeSignature {
  private:
   void add_identity(const void* identity);
 
-  std::string key_;
+  c10::SmallVector<char, 64> key_;  // no allocation for most calls: this is built per launch
 };
 
 } // namespace vdev
