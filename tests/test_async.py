@@ -828,6 +828,18 @@ def test_an_unsupported_dtype_raises_at_the_call_and_the_device_stays_usable():
     assert torch.equal(torch.gcd(values.to("vdev"), values.flip(0).to("vdev")).cpu(), torch.gcd(values, values.flip(0)))
 
 
+def test_a_run_on_empty_tensors_does_not_prove_a_dtype_supported():
+    # CPU's addmm_impl_cpu_ returns before its dtype dispatch when there is nothing to compute.
+    empty, flags = torch.zeros(0, 3, dtype=torch.bool), torch.ones(3, 2, dtype=torch.bool)
+    assert torch.mm(empty, flags).shape == (0, 2)
+    cpu_message = _cpu_error(torch.mm, flags.t(), flags)
+    assert torch.mm(empty.to("vdev"), flags.to("vdev")).shape == (0, 2)
+    with pytest.raises(NotImplementedError, match="aten::mm") as error:
+        torch.mm(flags.t().to("vdev"), flags.to("vdev"))
+    assert cpu_message in str(error.value)
+    torch.vdev.synchronize()  # the stream never saw the error
+
+
 def test_an_unsupported_dtype_leaves_an_earlier_kernel_failure_to_the_stream():
     flags = torch.tensor([True], device="vdev")
     torch_vdev._C._fail_in_kernel("index 9 is out of bounds")

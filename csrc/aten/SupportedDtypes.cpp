@@ -118,6 +118,7 @@ void DtypeSignature::add(const at::Tensor& tensor) {
     key_.push_back('u');
     return;
   }
+  has_empty_tensor_ = has_empty_tensor_ || tensor.numel() == 0;
   key_.push_back('t');
   key_.push_back(static_cast<char>(tensor.scalar_type()));
   key_.push_back(static_cast<char>(tensor.device().type()));
@@ -130,6 +131,9 @@ bool DtypeSignature::known_to_run() const {
 }
 
 void DtypeSignature::note_runs() const {
+  if (has_empty_tensor_) {
+    return;
+  }
   KnownSignatures& known = known_signatures();
   std::unique_lock<std::shared_mutex> lock(known.mutex);
   const std::string_view key(key_.data(), key_.size());

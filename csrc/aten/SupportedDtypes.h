@@ -38,12 +38,16 @@ class DtypeSignature {
 
   // Process-wide: whether a launch with this signature ran without NotImplementedError.
   bool known_to_run() const;
+  // Notes that a launch with this signature ran, unless one of its tensors was empty:
+  // kernels return before their dtype dispatch when there is nothing to compute
+  // (addmm_impl_cpu_ of a bool 0 x 3 matrix runs), so that run proves nothing.
   void note_runs() const;
 
  private:
   void add_identity(const void* identity);
 
   c10::SmallVector<char, 64> key_;  // no allocation for most calls: this is built per launch
+  bool has_empty_tensor_ = false;
 };
 
 } // namespace vdev
