@@ -395,6 +395,7 @@ class CollectiveTests:
         expected = torch.full((64,), float(self.rank + 1)) * 2
         dist.all_reduce(expected)
         tensor = torch.full((64,), float(self.rank + 1), device=self.device)
+        tensor.clone().mul_(2)  # the first launch of its dtypes waits for its kernel: not behind the sleep
         torch.vdev._sleep(1000)
         tensor.mul_(2)  # queued behind the sleep
         cpu_meeting = torch.zeros(1)

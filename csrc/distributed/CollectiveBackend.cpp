@@ -218,8 +218,13 @@ class CollectiveWork final : public c10d::Work {
           });
           return;
         }
+        // gloo runs this on its thread before its work counts as finished, which the
+        // stream's wait for the collective waits for; a `then` callback launching a
+        // kernel may wait for that stream (a first launch of its dtypes), so the
+        // future is completed on the inter-op pool, not here.
         transport_future->addCallback([complete](c10::ivalue::Future& transport_future) {
-          complete(transport_future.hasError() ? transport_future.exception_ptr() : nullptr);
+          std::exception_ptr error = transport_future.hasError() ? transport_future.exception_ptr() : nullptr;
+          at::launch([complete, error] { complete(error); });
         });
       });
     });
