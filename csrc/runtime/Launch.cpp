@@ -1,5 +1,6 @@
 #include "runtime/Launch.h"
 
+#include "runtime/Allocator.h"
 #include "runtime/RuntimeError.h"
 #include "runtime/Stream.h"
 
@@ -82,7 +83,11 @@ void run_kernel(void* data) {
   thread_local const bool intra_op_threads_set = (at::init_num_threads(), true);
   (void)intra_op_threads_set;
   try {
-    LaunchingThreadState state(*kernel, on_worker());
+    const bool worker = on_worker();
+    if (worker) {
+      serve_cpu_allocations_from_kernel_temporary_cache();
+    }
+    LaunchingThreadState state(*kernel, worker);
     std::optional<profiler::LaunchedWork> launched;
     if (C10_UNLIKELY(kernel->origin.thread_id != 0)) {
       launched.emplace(kernel->origin);
