@@ -5,6 +5,8 @@
 #include <c10/util/Exception.h>
 #include <c10/util/llvmMathExtras.h>
 
+#include <pthread.h>
+
 namespace vdev {
 
 size_t KernelTemporaryCache::rounded_size(size_t nbytes) {
@@ -109,7 +111,14 @@ KernelTemporaryCache::Stats KernelTemporaryCache::stats() const {
 
 KernelTemporaryCache& kernel_temporary_cache() {
   // Never destroyed: blocks may be freed by static destructors after it would be.
-  static KernelTemporaryCache* cache = new KernelTemporaryCache();
+  static KernelTemporaryCache* cache = [] {
+    // A child forked while a worker held the lock would otherwise block on it in the
+    // raw deleter its CPU kernels free through.
+    pthread_atfork(
+        [] { kernel_temporary_cache().mutex_.lock(); }, [] { kernel_temporary_cache().mutex_.unlock(); },
+        [] { kernel_temporary_cache().mutex_.unlock(); });
+    return new KernelTemporaryCache();
+  }();
   return *cache;
 }
 

@@ -53,6 +53,8 @@ class VDEV_API KernelTemporaryCache {
   Stats stats() const;
 
  private:
+  friend KernelTemporaryCache& kernel_temporary_cache();
+
   // Free blocks the cache keeps at most; blocks freed beyond it go back to the system.
   static constexpr size_t kMaxCachedBytes = size_t{512} << 20;
 
