@@ -114,6 +114,10 @@ void destroy_kernel(void* data) {
 
 } // namespace
 
+c10::DispatchKeySet keys_handled_on_host() {
+  return kHandledOnHost;
+}
+
 namespace detail {
 bool launch_kernel(const c10::Stream& stream, const char* op_name, std::unique_ptr<Kernel> kernel, bool check_support) {
   kernel->op_name = op_name;
