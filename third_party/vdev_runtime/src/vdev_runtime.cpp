@@ -386,6 +386,9 @@ struct vdrtStream : std::enable_shared_from_this<vdrtStream> {
         }
         cpu_relax();
       }
+      // On a machine with more busy threads than cores, the thread being waited for
+      // may need this core.
+      std::this_thread::yield();
       if (std::chrono::steady_clock::now() >= deadline) {
         return false;
       }
