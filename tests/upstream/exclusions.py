@@ -106,6 +106,7 @@ TEST_EXCLUSIONS = {
         "test_python_ref__refs_logspace_tensor_overload_*": "the OpInfo expects it to fail for every dtype on cpu and cuda alike (DecorateInfo expectedFailure: no _refs for aten.copy, integer rounding), as it does on vdev",
         "test_python_ref_errors__refs_where": "expects TensorIterator's same-device error from FakeTensors on a non-CPU device; the OpInfo expects CUDA and MPS to raise FakeTensor's 'not on the expected device cpu' instead (DecorateInfo expectedFailure, device_type='cuda'), as vdev does",
         "test_noncontiguous_samples_native_group_norm_*": "native_group_norm refuses noncontiguous input on every device (DecorateInfo expectedFailure for cpu, cuda and mps), with the same error on vdev",
+        "test_numpy_ref_nn_functional_pdist_float64": "its reference calls scipy.spatial.distance.pdist, and SciPy is not installed here (not one of the design's packages): NameError on any device (the CPU skips every test_numpy_ref)",
         "test_dtypes_nn_functional_interpolate_bilinear": UINT8_UPSAMPLING_REFUSED_AS_ON_CUDA,
         "test_dtypes_nn_functional_interpolate_bicubic": UINT8_UPSAMPLING_REFUSED_AS_ON_CUDA,
         "test_dtypes_nn_functional_upsample_bilinear": UINT8_UPSAMPLING_REFUSED_AS_ON_CUDA,
