@@ -111,6 +111,7 @@ TEST_EXCLUSIONS = {
         "test_dtypes_nn_functional_interpolate_bicubic": UINT8_UPSAMPLING_REFUSED_AS_ON_CUDA,
         "test_dtypes_nn_functional_upsample_bilinear": UINT8_UPSAMPLING_REFUSED_AS_ON_CUDA,
         "test_dtypes__upsample_bilinear2d_aa": UINT8_UPSAMPLING_REFUSED_AS_ON_CUDA,
+        "test_dtypes__refs_fft_*": "torch._refs.fft allows float16 only on device types cuda, meta and xpu (_promote_type_fft's list), so on PrivateUse1 the Python ref refuses the float16 its OpInfo inherits from fft.*'s CUDA claim; the torch.fft ops themselves take float16 on vdev as on CUDA (test_dtypes_fft_*)",
         "test_dtypes_torch_ops_aten__flash_attention_forward": BFLOAT16_ATTENTION_AS_ON_SM80,
         "test_dtypes_torch_ops_aten__efficient_attention_forward": BFLOAT16_ATTENTION_AS_ON_SM80,
         "test_out_randn_float32": "mirrors DecorateInfo(expectedFailure, 'TestCommon', 'test_out', device_type='cpu'): CPU's normal_ draws a noncontiguous out in another order than a contiguous one, and vdev draws the CPU generator's numbers by design (seeded results equal CPU's, tests/test_async_random.py)",
