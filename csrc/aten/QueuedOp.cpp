@@ -590,6 +590,8 @@ bool launch_op(const c10::OperatorHandle& op, const OperatorFacts& facts, torch:
     unproven_dtypes.emplace(op, arguments);
     if (unproven_dtypes->known_to_run()) {
       unproven_dtypes.reset();
+    } else {
+      raise_metadata_errors(name, *plan.cpu_op, plan.cpu_kernel, arguments, fresh);
     }
   }
 

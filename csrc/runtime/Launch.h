@@ -65,6 +65,10 @@ VDEV_API bool launch_kernel(
     const c10::Stream& stream, const char* op_name, std::unique_ptr<Kernel> kernel, bool check_support = false);
 } // namespace detail
 
+// The dispatch keys a launched kernel never reaches (Python's, functorch's layers): the
+// launching thread handled them.
+c10::DispatchKeySet keys_handled_on_host();
+
 // Queues `body` on `stream`: it runs on the stream's worker thread after the
 // stream's earlier work, and this returns once it is queued (with
 // VDEV_LAUNCH_BLOCKING=1, once it has run, raising its error). An exception the
