@@ -127,6 +127,35 @@ def test_half_precision_fft_gradients_and_out_match_float32_cast_back(transform)
     torch.testing.assert_close(out.cpu(), reference.detach().to(narrow), **tolerance(narrow))
 
 
+# (function, input shape, further arguments): ops CUDA differentiates in float16 and
+# bfloat16 whose CPU backward kernels take neither (backward_dtypesIfCUDA).
+HALF_PRECISION_BACKWARDS = {
+    "avg_pool3d": (lambda x: torch.nn.functional.avg_pool3d(x, 2), (1, 2, 4, 4, 4)),
+    "multi_margin_loss": (lambda x: torch.nn.functional.multi_margin_loss(x, TARGETS.to(x.device)), (3, 5)),
+    "multilabel_margin_loss": (
+        lambda x: torch.nn.functional.multilabel_margin_loss(x, LABELS.to(x.device)), (3, 5)),
+    "_upsample_bilinear2d_aa": (
+        lambda x: torch.ops.aten._upsample_bilinear2d_aa(x, [3, 5], False, None, None), (1, 2, 6, 7)),
+}
+TARGETS = torch.tensor([0, 4, 2])
+LABELS = torch.tensor([[1, 3, -1, 0, 0], [0, -1, 2, 2, 2], [4, 2, 1, 0, -1]])
+
+
+@pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=str)
+@pytest.mark.parametrize("name", sorted(HALF_PRECISION_BACKWARDS))
+def test_half_precision_backward_matches_float32_cast_back(name, dtype):
+    function, shape = HALF_PRECISION_BACKWARDS[name]
+    values = torch.randn(shape, generator=torch.Generator().manual_seed(0)).to(dtype)
+    on_device = values.to(DEVICE).requires_grad_()
+    reference_input = values.float().requires_grad_()
+    result, reference = function(on_device), function(reference_input)
+    weights = torch.randn(reference.shape, generator=torch.Generator().manual_seed(1)).to(dtype)
+    (result * weights.to(DEVICE)).sum().backward()
+    (reference * weights.float()).sum().backward()
+    assert on_device.grad.dtype == dtype
+    torch.testing.assert_close(on_device.grad.cpu(), reference_input.grad.to(dtype), **tolerance(dtype))
+
+
 CUFFT_HALF_SIZES = "cuFFT only supports dimensions whose sizes are powers of two when computing in half precision"
 
 

@@ -164,6 +164,21 @@ def test_efficient_attention_with_a_bias_matches_the_math_path(dtype, mask_type)
         assert_close(got.grad.cpu().float(), want.grad, **LOW)
 
 
+@pytest.mark.parametrize("dtype", (torch.float64, torch.int64, torch.bool, torch.complex64), ids=str)
+def test_efficient_attention_refuses_the_dtypes_cudas_kernels_refuse(dtype):
+    # CUDA's memory-efficient kernels exist for float32, float16 and bfloat16 only and
+    # raise this error, forward and backward, before any work.
+    q, k, v = (make(1, 5, 2, 8, dtype=dtype, seed=seed).to(DEVICE) for seed in (0, 1, 2))
+    with pytest.raises(RuntimeError, match="Only fp32, half & bf16 supported at the moment"):
+        torch.ops.aten._efficient_attention_forward(q, k, v, None, None, None, None, None, 0.0, 0, True)
+    logsumexp = torch.zeros(1, 2, 32, device=DEVICE)
+    seed = torch.zeros((), dtype=torch.int64, device=DEVICE)
+    with pytest.raises(RuntimeError, match="Only fp32, half & bf16 supported at the moment"):
+        torch.ops.aten._efficient_attention_backward(
+            q, q, k, v, None, q, None, None, 5, 5, logsumexp, 0.0, seed, seed, 0, False)
+    torch.vdev.synchronize()
+
+
 def test_efficient_attention_packed_sequences_match_the_math_path():
     cum_q = torch.tensor([0, 2, 7, 8], dtype=torch.int32)
     cum_k = torch.tensor([0, 4, 6, 11], dtype=torch.int32)

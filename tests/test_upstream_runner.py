@@ -91,10 +91,47 @@ TEST_EXCLUSIONS = {
 """
 
 
+# An OpInfo claiming float16 on CUDA only: each device instantiates the CPU's dtypes,
+# and a test asking for vdev's claims gets the CPU's and CUDA's together.
+CLAIMS_TEST_FILE = textwrap.dedent(
+    """
+    import torch
+    from torch.testing._internal.common_device_type import OpDTypes, instantiate_device_type_tests, ops
+    from torch.testing._internal.common_dtype import floating_types, floating_types_and
+    from torch.testing._internal.common_utils import TestCase
+    from torch.testing._internal.opinfo.core import OpInfo, SampleInput
+
+    tiny_abs = OpInfo(
+        "tiny_abs", op=torch.abs, dtypes=floating_types(), dtypesIfCUDA=floating_types_and(torch.half),
+        backward_dtypesIfCUDA=floating_types_and(torch.half),
+        sample_inputs_func=lambda op, device, dtype, requires_grad, **kw: [
+            SampleInput(torch.ones(2, device=device, dtype=dtype))])
+
+
+    class TestClaims(TestCase):
+        @ops([tiny_abs], dtypes=OpDTypes.supported)
+        def test_instantiated(self, device, dtype, op):
+            pass
+
+        @ops([tiny_abs], dtypes=OpDTypes.none)
+        def test_claims(self, device, op):
+            device_type = torch.device(device).type
+            cuda = {torch.half} if device_type != "cpu" else set()
+            self.assertEqual(set(op.supported_dtypes(device_type)), {torch.float32, torch.float64} | cuda)
+            self.assertEqual(set(op.supported_backward_dtypes(device_type)), {torch.float32, torch.float64} | cuda)
+            self.assertEqual(set(op.supported_dtypes("cpu")), {torch.float32, torch.float64})
+
+
+    instantiate_device_type_tests(TestClaims, globals())
+    """
+)
+
+
 def run_runner(tmp_path, exclusions, *extra):
     pytorch_src = tmp_path / "pytorch"
     (pytorch_src / "test").mkdir(parents=True, exist_ok=True)
     (pytorch_src / "test" / "test_tiny.py").write_text(TINY_TEST_FILE)
+    (pytorch_src / "test" / "test_claims.py").write_text(CLAIMS_TEST_FILE)
     exclusion_file = tmp_path / "exclusions.py"
     exclusion_file.write_text(exclusions)
     command = [sys.executable, RUNNER, "--pytorch-src", str(pytorch_src), "--exclusions", str(exclusion_file),
@@ -139,6 +176,18 @@ def test_counts_and_table_match_the_construction(tmp_path):
     assert cells == ["test_tiny.py::TestTiny", "11/0/2", "4/2/3", "5", "2", "4/6 (66.7%)", "1/1/0",
                      "vdev: died in test_zz_process_dies_vdev"]
     assert "test_tiny.py::TestTinyVDEV::test_device_is_cpu_vdev: failed: AssertionError" in process.stdout
+
+
+def test_vdev_claims_the_cpus_and_cudas_dtypes_when_asked_and_instantiates_the_cpus(tmp_path):
+    summary_file = tmp_path / "summary.json"
+    process = run_runner(tmp_path, "TEST_EXCLUSIONS = {}\n", "--files", "test_claims.py", "--jobs", "2",
+                         "--json", str(summary_file))
+    assert process.returncode == 0, process.stderr
+    (summary,) = json.loads(summary_file.read_text())
+    for run in ("cpu", "vdev"):
+        assert (summary[run]["passed"], summary[run]["failed"], summary[run]["skipped"]) == (3, 0, 0), run
+    # The same three tests on both (float32 and float64 instantiated, no float16 one).
+    assert summary["cpu_passed_compared"] == summary["cpu_passed_also_passing_on_vdev"] == 3
 
 
 @pytest.mark.parametrize(

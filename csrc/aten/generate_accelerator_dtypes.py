@@ -1,8 +1,9 @@
 """Generates csrc/aten/AcceleratorDtypes.inc, vdev's table of accelerator dtypes, from data.
 
-An OpInfo of PyTorch's op_db whose dtypesIfCUDA holds dtypes its CPU dtypes lack names
-an op CUDA runs in dtypes the CPU kernels reject. This script runs each such entry's
-samples in those dtypes on vdev under a dispatch mode. When an aten op fails there
+An OpInfo of PyTorch's op_db whose dtypesIfCUDA (or backward_dtypesIfCUDA) holds dtypes
+its CPU dtypes lack names an op CUDA runs (or differentiates) in dtypes the CPU kernels
+reject. This script runs each such entry's samples in those dtypes on vdev under a
+dispatch mode, and their backward for the dtypes CUDA differentiates in. When an aten op fails there
 and fails on the CPU too, the mode looks for the first wider dtype (WIDER) whose CPU
 kernel takes the same call, records (op, dtype, wider dtype) and goes on with that
 result, so the ops after it are reached too. The rows become the table the CPU
@@ -67,11 +68,13 @@ SCALAR_TYPE_NAMES = {
 
 
 def accelerator_entries():
-    """(OpInfo, dtypes CUDA supports and the CPU does not), for every such entry."""
+    """(OpInfo, dtypes CUDA runs it in and the CPU does not, dtypes CUDA differentiates it
+    in and the CPU does not), for every entry with either."""
     for op in op_db:
         added = set(op.dtypesIf.get("cuda", op.dtypes)) - set(op.dtypes)
-        if added:
-            yield op, sorted(added, key=str)
+        added_backward = set(op.supported_backward_dtypes("cuda")) - set(op.supported_backward_dtypes("cpu"))
+        if added or added_backward:
+            yield op, sorted(added, key=str), sorted(added_backward, key=str)
 
 
 def narrowed_dtype(computed, original, compute):
@@ -145,11 +148,20 @@ def tree_flat(tree):
     return tree_flatten(tree)[0]
 
 
+def differentiate(sample, output):
+    """Backward through the sample's first differentiable output, as test_dtypes does."""
+    if isinstance(output, (list, tuple)):
+        output = output[0] if output and isinstance(output[0], torch.Tensor) else None
+    if isinstance(output, torch.Tensor) and output.requires_grad:
+        output.backward(torch.ones_like(output))
+
+
 def discover():
-    """(table rows, {entry: (dtypes gained, dtypes still failing with their errors)})."""
+    """(table rows, {entry: (dtypes gained, in the forward or, marked so, in the backward
+    only; dtypes still failing with their errors)})."""
     mode = Discovery()
     outcome = {}
-    for op, dtypes in accelerator_entries():
+    for op, dtypes, backward_dtypes in accelerator_entries():
         gained, failing = [], {}
         mode.rows_of_entry = set()
         for dtype in dtypes:
@@ -160,6 +172,15 @@ def discover():
                 gained.append(dtype)
             except Exception as error:
                 failing[dtype] = f"{type(error).__name__}: {str(error).splitlines()[0]}"
+        for dtype in backward_dtypes:
+            try:
+                with mode:
+                    for sample in op.sample_inputs(DEVICE, dtype, requires_grad=True):
+                        differentiate(sample, sample.output_process_fn_grad(op(sample.input, *sample.args, **sample.kwargs)))
+                if dtype not in gained and dtype not in failing:
+                    gained.append(f"{str(dtype).removeprefix('torch.')} (backward)")
+            except Exception as error:
+                failing.setdefault(dtype, f"backward: {type(error).__name__}: {str(error).splitlines()[0]}")
         outcome[op.full_name] = (gained, failing, sorted({name.partition(".")[0] for name, _, _ in mode.rows_of_entry}))
     return mode.rows, outcome
 
@@ -194,7 +215,7 @@ def main():
             print(f"| `{entry}` | {short(gained)} | {ops_text} | {short(failing)} |")
         return 0
     for entry, (gained, failing, _) in outcome.items():
-        print(f"{entry}: gains {[str(d)[6:] for d in gained]}")
+        print(f"{entry}: gains {[str(d).removeprefix('torch.') for d in gained]}")
         for dtype, error in failing.items():
             print(f"    {str(dtype)[6:]} still fails: {error[:160]}")
     text = render(rows)

@@ -22,6 +22,15 @@ LINSPACE_INTEGER_ROUNDING = (
     "the OpInfo expects it to fail on cpu, cuda and xpu alike (DecorateInfo expectedFailure: _refs.linspace "
     "rounds integer steps unlike torch.linspace), as it does on vdev")
 
+# test_dtypes of the ops whose uint8 input vdev refuses as CUDA's kernels do (claimed on the CPU only).
+UINT8_UPSAMPLING_REFUSED_AS_ON_CUDA = (
+    "the OpInfo claims uint8 on the CPU, not on CUDA, whose bilinear/bicubic kernels refuse it as vdev's do "
+    "(tests/test_cuda_semantics.py); every other dtype matches the CPU's and CUDA's claims")
+# test_dtypes of CUDA's fused attention ops, which the OpInfos give bfloat16 on SM80+ GPUs only.
+BFLOAT16_ATTENTION_AS_ON_SM80 = (
+    "the OpInfo claims bfloat16 only on an SM80+ CUDA GPU (SM80OrLater, False without CUDA); vdev computes it "
+    "as such a GPU does (tests/test_attention_kernels.py), and refuses the dtypes CUDA's kernels refuse")
+
 TEST_EXCLUSIONS = {
     "TestShapeOps": {
         "test_diagonal_multidim": "@onlyCPU: compares against x.numpy() of the device tensor",
@@ -97,6 +106,14 @@ TEST_EXCLUSIONS = {
         "test_python_ref__refs_logspace_tensor_overload_*": "the OpInfo expects it to fail for every dtype on cpu and cuda alike (DecorateInfo expectedFailure: no _refs for aten.copy, integer rounding), as it does on vdev",
         "test_python_ref_errors__refs_where": "expects TensorIterator's same-device error from FakeTensors on a non-CPU device; the OpInfo expects CUDA and MPS to raise FakeTensor's 'not on the expected device cpu' instead (DecorateInfo expectedFailure, device_type='cuda'), as vdev does",
         "test_noncontiguous_samples_native_group_norm_*": "native_group_norm refuses noncontiguous input on every device (DecorateInfo expectedFailure for cpu, cuda and mps), with the same error on vdev",
+        "test_numpy_ref_nn_functional_pdist_float64": "its reference calls scipy.spatial.distance.pdist, and SciPy is not installed here (not one of the design's packages): NameError on any device (the CPU skips every test_numpy_ref)",
+        "test_dtypes_nn_functional_interpolate_bilinear": UINT8_UPSAMPLING_REFUSED_AS_ON_CUDA,
+        "test_dtypes_nn_functional_interpolate_bicubic": UINT8_UPSAMPLING_REFUSED_AS_ON_CUDA,
+        "test_dtypes_nn_functional_upsample_bilinear": UINT8_UPSAMPLING_REFUSED_AS_ON_CUDA,
+        "test_dtypes__upsample_bilinear2d_aa": UINT8_UPSAMPLING_REFUSED_AS_ON_CUDA,
+        "test_dtypes__refs_fft_*": "torch._refs.fft allows float16 only on device types cuda, meta and xpu (_promote_type_fft's list), so on PrivateUse1 the Python ref refuses the float16 its OpInfo inherits from fft.*'s CUDA claim; the torch.fft ops themselves take float16 on vdev as on CUDA (test_dtypes_fft_*)",
+        "test_dtypes_torch_ops_aten__flash_attention_forward": BFLOAT16_ATTENTION_AS_ON_SM80,
+        "test_dtypes_torch_ops_aten__efficient_attention_forward": BFLOAT16_ATTENTION_AS_ON_SM80,
         "test_out_randn_float32": "mirrors DecorateInfo(expectedFailure, 'TestCommon', 'test_out', device_type='cpu'): CPU's normal_ draws a noncontiguous out in another order than a contiguous one, and vdev draws the CPU generator's numbers by design (seeded results equal CPU's, tests/test_async_random.py)",
     },
 }

@@ -18,6 +18,40 @@ if PrivateUse1TestBase not in device_type_test_bases:  # noqa: F821
     )
 
 
+def claim_cpu_and_cuda_dtypes_for_vdev():
+    """Makes OpInfo's dtype claims for vdev the CPU's and CUDA's together, when a test asks.
+
+    OpInfo gives a device without claims of its own the CPU's `dtypes` (the accelerators
+    it knows, ROCm and XPU, inherit CUDA's). vdev takes every dtype its CPU kernels take
+    and, as CUDA, the accelerator dtypes (`dtypesIfCUDA` beyond `dtypes`: float16 FFTs,
+    integer `histc`, ...; README "Tensor kinds"), which test_dtypes checks against the
+    claims. Patched when the first vdev test runs (setUp; instantiation calls setUpClass
+    to learn the device), after every test was instantiated: the dtypes @ops instantiates
+    stay the CPU's, so each vdev test has its CPU twin (claiming CUDA's too would add
+    vdev-only tests of the accelerator dtypes).
+    """
+    from torch.testing._internal.opinfo.core import OpInfo
+
+    if getattr(OpInfo.supported_dtypes, "claims_cpu_and_cuda_dtypes_for_vdev", False):
+        return
+    backend = torch._C._get_privateuse1_backend_name()  # noqa: F821
+
+    def is_vdev(device_type):
+        return device_type == "privateuse1" or torch.device(device_type).type == backend  # noqa: F821
+
+    def of_cpu_and_cuda(claim):
+        def claimed(self, device_type):
+            if not is_vdev(device_type):
+                return claim(self, device_type)
+            return set(claim(self, "cpu")) | set(claim(self, "cuda"))
+
+        claimed.claims_cpu_and_cuda_dtypes_for_vdev = True
+        return claimed
+
+    OpInfo.supported_dtypes = of_cpu_and_cuda(OpInfo.supported_dtypes)
+    OpInfo.supported_backward_dtypes = of_cpu_and_cuda(OpInfo.supported_backward_dtypes)
+
+
 class VdevTestBase(PrivateUse1TestBase):  # noqa: F821
     # The backend's name from the start (PrivateUse1TestBase says "privateuse1" until
     # its setUpClass runs): classes are named TestFooVDEV, and @dtypesIfPRIVATEUSE1 and
@@ -26,6 +60,10 @@ class VdevTestBase(PrivateUse1TestBase):  # noqa: F821
     # Lets @onlyCUDA (any @onlyOn) tests run on vdev too: opt-in, as many of them
     # test CUDA-only behaviour.
     bypass_device_restrictions = os.environ.get("VDEV_UPSTREAM_BYPASS_DEVICE_RESTRICTIONS") == "1"
+
+    def setUp(self):
+        super().setUp()
+        claim_cpu_and_cuda_dtypes_for_vdev()
 
     @classmethod
     def instantiate_test(cls, name, test, *, generic_cls=None):

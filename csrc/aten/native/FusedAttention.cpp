@@ -431,6 +431,15 @@ std::optional<at::Tensor> bias_of(
   return layout.bias_part(*full_bias, sequence).to(at::kFloat);
 }
 
+// CUDA's memory-efficient kernels are instantiated for these dtypes only, and refuse the
+// others with this error (before any work), forward and backward alike.
+void check_efficient_attention_dtype(const at::Tensor& query) {
+  const at::ScalarType dtype = query.scalar_type();
+  TORCH_CHECK(
+      dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16,
+      "Only fp32, half & bf16 supported at the moment");
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, c10::SymInt, c10::SymInt> efficient_attention_forward(
     const at::Tensor& query,
     const at::Tensor& key,
@@ -448,6 +457,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, c10::SymInt, c10::Sym
     std::optional<int64_t> window_size) {
   TORCH_CHECK_NOT_IMPLEMENTED(
       !window_size.has_value(), "_efficient_attention_forward on vdev: window_size is not supported");
+  check_efficient_attention_dtype(query);
   TORCH_CHECK(
       query.size(2) == key.size(2) && key.size(2) == value.size(2),
       "_efficient_attention_forward: query, key and value must have the same number of heads");
@@ -507,6 +517,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> efficient_attention_b
     bool /*shared_storage_dqdkdv: a memory layout*/) {
   TORCH_CHECK_NOT_IMPLEMENTED(
       !window_size.has_value(), "_efficient_attention_backward on vdev: window_size is not supported");
+  check_efficient_attention_dtype(query);
   const char* op = "_efficient_attention_backward";
   const Layout layout = efficient_layout(op, query, key, cu_seqlens_q, cu_seqlens_k, std::nullopt);
   const uint64_t seed = dropout_p > 0 ? static_cast<uint64_t>(philox_seed.item<int64_t>()) : 0;
