@@ -621,6 +621,73 @@ class CollectiveTests:
                 [torch.zeros(1, device=other if other != self.device else "cpu") for _ in range(self.world_size)])
         dist.barrier()
 
+    def test_bad_arguments_raise_at_the_call(self):
+        """What gloo checks of one rank's arguments raises at the call on vdev, as
+        ProcessGroupNCCL's checks do, although vccl hands collectives to gloo later, on
+        the communication worker. The reference: the same call on CPU tensors fails with
+        gloo, with gloo's words where vccl keeps them. Nothing is sent, so the group
+        stays usable. The CPU calls run in a group of this rank alone: gloo runs some
+        checks only in its work, after messages of other ranks may have been exchanged,
+        and a failure there leaves a group's ranks out of step. So do the vdev calls
+        whose checks depend on being the root (no rank waits for a root that failed)."""
+        world = dist.group.WORLD
+        alone = [dist.new_group([rank]) for rank in range(self.world_size)][self.rank]
+
+        def zeros(device, *sizes, dtype=torch.float32):
+            return torch.zeros(*sizes, dtype=dtype, device=device)
+
+        # op, vccl's problem (regex, of the group size n), gloo's message on CPU
+        # (regex; None: a failed CHECK of gloo's), the call (device, group, n)
+        cases = [
+            ("all_gather", lambda n: rf"invalid tensor size at index {n - 1} \(expected \(4\), got \(3\)\)",
+             r"invalid tensor size at index \d \(expected \(4\), got \(3\)\)",
+             lambda d, g, n: dist.all_gather([zeros(d, 4)] * (n - 1) + [zeros(d, 3)], zeros(d, 4), group=g, async_op=True)),
+            ("all_gather", lambda n: rf"invalid output tensor list \(expected length {n}, got {n + 1}\)",
+             r"invalid output tensor list at index 0 \(expected length \d+, got \d+\)",
+             lambda d, g, n: dist.all_gather([zeros(d, 4)] * (n + 1), zeros(d, 4), group=g, async_op=True)),
+            ("all_gather_into_tensor",
+             lambda n: rf"the output tensor must have the group size \({n}\) times the input tensor's 4 elements, but has {4 * n - 1}",
+             "invalid tensor size", lambda d, g, n: dist.all_gather_into_tensor(zeros(d, 4 * n - 1), zeros(d, 4), group=g, async_op=True)),
+            ("all_gather_into_tensor", lambda n: r"the output and input tensors differ in dtype \(float64 and float32\)",
+             "invalid tensor type",
+             lambda d, g, n: dist.all_gather_into_tensor(zeros(d, 4 * n, dtype=torch.float64), zeros(d, 4), group=g, async_op=True)),
+            ("reduce_scatter", lambda n: rf"invalid tensor size at index {n - 1} \(expected \(4\), got \(3\)\)", None,
+             lambda d, g, n: dist.reduce_scatter(zeros(d, 4), [zeros(d, 4)] * (n - 1) + [zeros(d, 3)], group=g, async_op=True)),
+            ("reduce_scatter_tensor",
+             lambda n: rf"the input tensor must have the group size \({n}\) times the output tensor's 4 elements, but has {4 * n + 1}",
+             None, lambda d, g, n: dist.reduce_scatter_tensor(zeros(d, 4), zeros(d, 4 * n + 1), group=g, async_op=True)),
+            ("all_to_all_single", lambda n: rf"the output tensor must have the input tensor's {2 * n} elements, but has {3 * n}",
+             r"in->size == out->size", lambda d, g, n: dist.all_to_all_single(zeros(d, 3 * n), zeros(d, 2 * n), group=g, async_op=True)),
+            ("all_to_all_single", lambda n: rf"the output split sizes sum to {n + 1} but the output tensor's dim 0 is {n}",
+             "Split sizes doesn't match total dim 0 size",
+             lambda d, g, n: dist.all_to_all_single(zeros(d, n), zeros(d, n), [1] * (n - 1) + [2], [1] * n, group=g, async_op=True)),
+            ("all_reduce", lambda n: "Cannot use ReduceOp.BAND with non-integral dtype float32",
+             "Cannot use ReduceOp.BAND with non-integral dtype",
+             lambda d, g, n: dist.all_reduce(zeros(d, 4), op=dist.ReduceOp.BAND, group=g, async_op=True)),
+            ("all_reduce", lambda n: "unsupported dtype uint16", "Invalid scalar type",
+             lambda d, g, n: dist.all_reduce(zeros(d, 4, dtype=torch.uint16), group=g, async_op=True)),
+            ("broadcast", lambda n: "unsupported dtype float8_e4m3fn", "Invalid scalar type",
+             lambda d, g, n: dist.broadcast(zeros(d, 4, dtype=torch.float8_e4m3fn), src=dist.get_global_rank(g, 0), group=g, async_op=True)),
+        ]
+        on_root = [
+            ("gather", lambda n: r"invalid tensor size at index 0 \(expected \(4\), got \(3\)\)",
+             r"invalid tensor size at index 0 \(expected \(4\), got \(3\)\)",
+             lambda d, g, n: dist.gather(zeros(d, 4), [zeros(d, 3)], dst=self.rank, group=g, async_op=True)),
+            ("scatter", lambda n: r"invalid tensor size at index 0 \(expected \(4\), got \(3\)\)",
+             r"invalid tensor size at index 0 \(expected \(4\), got \(3\)\)",
+             lambda d, g, n: dist.scatter(zeros(d, 4), [zeros(d, 3)], src=self.rank, group=g, async_op=True)),
+        ]
+        for group, group_cases in [(world, cases), (alone, cases + on_root)]:
+            n = dist.get_world_size(group)
+            for op, problem, gloo_message, call in group_cases:
+                with self.subTest(op=op, problem=problem(n), ranks=n):
+                    with self.assertRaisesRegex(RuntimeError, gloo_message or "Check failed"):
+                        call(torch.device("cpu"), alone, 1).wait()
+                    with self.assertRaisesRegex(RuntimeError, f"^{VCCL} {op}: {problem(n)}"):
+                        call(self.device, group, n)  # raises here, without wait()
+        tensor = torch.full((3,), float(self.rank), device=self.device)
+        dist.all_reduce(tensor)
+        torch.testing.assert_close(tensor.cpu(), torch.full((3,), float(sum(range(self.world_size)))))
 
 def small_model() -> nn.Module:
     torch.manual_seed(0)

@@ -1,6 +1,7 @@
 #include "distributed/CollectiveBackend.h"
 
 #include "aten/Tensor.h"
+#include "distributed/ArgumentChecks.h"
 #include "distributed/StreamOrder.h"
 #include "runtime/Stream.h"
 
@@ -533,7 +534,9 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::run(
 
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::broadcast(
     std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) {
-  return run(call_device("broadcast", {tensors}), c10d::OpType::BROADCAST,
+  const c10::DeviceIndex device = call_device("broadcast", {tensors});
+  ArgumentChecks("broadcast", rank_, size_).root(opts.rootRank).length("tensor list", 1, tensors.size()).dtypes(tensors);
+  return run(device, c10d::OpType::BROADCAST,
              {"broadcast", tensors, opts.rootRank}, tensors,
              on_gloo(&c10d::Backend::broadcast, tensors, opts));
 }
@@ -542,8 +545,13 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::broadcast(
 // (aliases of the same memory) for AVG and PREMUL_SUM.
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::allreduce(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
+  const c10::DeviceIndex device = call_device("all_reduce", {tensors});
+  ArgumentChecks("all_reduce", rank_, size_)
+      .dtypes(tensors)
+      .reduction(opts.reduceOp, tensors)
+      .like(tensors.front(), tensors);
   return run(
-      call_device("all_reduce", {tensors}), c10d::OpType::ALLREDUCE,
+      device, c10d::OpType::ALLREDUCE,
       {"all_reduce", tensors, std::nullopt, opts.reduceOp.op_}, tensors,
       on_gloo(&c10d::Backend::allreduce, tensors, as_gloo_options(opts)),
       scaling(opts.reduceOp, size_, tensors));
@@ -551,8 +559,13 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::allreduce(
 
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::allreduce_coalesced(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
+  const c10::DeviceIndex device = call_device("all_reduce_coalesced", {tensors});
+  ArgumentChecks("all_reduce_coalesced", rank_, size_)
+      .dtypes(tensors)
+      .reduction(opts.reduceOp, tensors)
+      .same_dtype(tensors.front(), tensors);
   return run(
-      call_device("all_reduce_coalesced", {tensors}), c10d::OpType::ALLREDUCE_COALESCED,
+      device, c10d::OpType::ALLREDUCE_COALESCED,
       {"all_reduce_coalesced", tensors, std::nullopt, opts.reduceOp.op_}, tensors,
       on_gloo(&c10d::Backend::allreduce_coalesced, tensors, as_gloo_options(opts)),
       scaling(opts.reduceOp, size_, tensors));
@@ -560,9 +573,15 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::allreduce_coalesced(
 
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::reduce(
     std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
+  const c10::DeviceIndex device = call_device("reduce", {tensors});
+  ArgumentChecks("reduce", rank_, size_)
+      .root(opts.rootRank)
+      .length("tensor list", 1, tensors.size())
+      .dtypes(tensors)
+      .reduction(opts.reduceOp, tensors);
   // Only the root's tensors hold the result.
   return run(
-      call_device("reduce", {tensors}), c10d::OpType::REDUCE,
+      device, c10d::OpType::REDUCE,
       {"reduce", tensors, opts.rootRank, opts.reduceOp.op_}, tensors,
       on_gloo(&c10d::Backend::reduce, tensors, as_gloo_options(opts)),
       rank_ == opts.rootRank ? scaling(opts.reduceOp, size_, tensors) : nullptr);
@@ -573,13 +592,23 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::allgather(
     const c10d::AllgatherOptions& opts) {
   std::vector<at::Tensor> results = flattened(outputs);
   c10::DeviceIndex device = call_device("all_gather", {inputs, results});
+  ArgumentChecks check("all_gather", rank_, size_);
+  check.not_empty("input tensor list", inputs)
+      .length("output tensor list", inputs.size(), outputs.size())
+      .dtypes(inputs)
+      .like(inputs.front(), inputs);
+  for (const std::vector<at::Tensor>& output : outputs) {
+    check.length("output tensor list", inputs.size() * size_, output.size()).like(inputs.front(), output);
+  }
   return run(device, c10d::OpType::ALLGATHER, {"all_gather", inputs}, std::move(results),
              on_gloo(&c10d::Backend::allgather, outputs, inputs, opts));
 }
 
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::_allgather_base(
     at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) {
-  return run(call_device("all_gather_into_tensor", {output, input}), c10d::OpType::_ALLGATHER_BASE,
+  const c10::DeviceIndex device = call_device("all_gather_into_tensor", {output, input});
+  ArgumentChecks("all_gather_into_tensor", rank_, size_).dtypes({input}).elements_of(output, "output", input, "input", size_);
+  return run(device, c10d::OpType::_ALLGATHER_BASE,
              {"all_gather_into_tensor", input}, {output},
              on_gloo(&c10d::Backend::_allgather_base, output, input, opts));
 }
@@ -589,6 +618,14 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::allgather_coalesced(
     const c10d::AllgatherOptions& opts) {
   std::vector<at::Tensor> results = flattened(outputs);
   c10::DeviceIndex device = call_device("all_gather_coalesced", {inputs, results});
+  ArgumentChecks check("all_gather_coalesced", rank_, size_);
+  check.not_empty("input tensor list", inputs).length("output tensor lists", size_, outputs.size()).dtypes(inputs);
+  for (const std::vector<at::Tensor>& output : outputs) {
+    check.length("output tensor list", inputs.size(), output.size());
+    for (size_t i = 0; i < output.size(); ++i) {
+      check.like(inputs[i], {output[i]});
+    }
+  }
   return run(device, c10d::OpType::ALLGATHER_COALESCED, {"all_gather_coalesced", inputs}, std::move(results),
              on_gloo(&c10d::Backend::allgather_coalesced, outputs, inputs, opts));
 }
@@ -596,7 +633,13 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::allgather_coalesced(
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
-  return run(call_device("all_gather_into_tensor_coalesced", {outputs, inputs}), c10d::OpType::COALESCED,
+  const c10::DeviceIndex device = call_device("all_gather_into_tensor_coalesced", {outputs, inputs});
+  ArgumentChecks check("all_gather_into_tensor_coalesced", rank_, size_);
+  check.length("output tensor list", inputs.size(), outputs.size()).dtypes(inputs);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    check.elements_of(outputs[i], "output", inputs[i], "input", size_);
+  }
+  return run(device, c10d::OpType::COALESCED,
              {"all_gather_into_tensor_coalesced", inputs}, outputs, on_gloo(&c10d::Backend::allgather_into_tensor_coalesced, outputs, inputs, opts));
 }
 
@@ -605,6 +648,15 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::gather(
     const c10d::GatherOptions& opts) {
   std::vector<at::Tensor> results = flattened(outputs);
   c10::DeviceIndex device = call_device("gather", {inputs, results});
+  ArgumentChecks check("gather", rank_, size_);
+  check.root(opts.rootRank).length("input tensor list", 1, inputs.size()).dtypes(inputs);
+  if (rank_ == opts.rootRank) {
+    check.length("output tensor lists", 1, outputs.size())
+        .length("output tensor list", size_, outputs.front().size())
+        .like(inputs.front(), outputs.front());
+  } else {
+    check.length("output tensor lists on a rank that is not the root", 0, outputs.size());
+  }
   return run(device, c10d::OpType::GATHER, {"gather", inputs, opts.rootRank}, std::move(results),
              on_gloo(&c10d::Backend::gather, outputs, inputs, opts));
 }
@@ -612,7 +664,17 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::gather(
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::scatter(
     std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
     const c10d::ScatterOptions& opts) {
-  return run(call_device("scatter", {outputs, flattened(inputs)}), c10d::OpType::SCATTER,
+  const c10::DeviceIndex device = call_device("scatter", {outputs, flattened(inputs)});
+  ArgumentChecks check("scatter", rank_, size_);
+  check.root(opts.rootRank).length("output tensor list", 1, outputs.size()).dtypes(outputs);
+  if (rank_ == opts.rootRank) {
+    check.length("input tensor lists", 1, inputs.size())
+        .length("input tensor list", size_, inputs.front().size())
+        .like(outputs.front(), inputs.front());
+  } else {
+    check.length("input tensor lists on a rank that is not the root", 0, inputs.size());
+  }
+  return run(device, c10d::OpType::SCATTER,
              {"scatter", outputs, opts.rootRank}, outputs,
              on_gloo(&c10d::Backend::scatter, outputs, inputs, opts));
 }
@@ -620,8 +682,16 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::scatter(
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::reduce_scatter(
     std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
     const c10d::ReduceScatterOptions& opts) {
+  const c10::DeviceIndex device = call_device("reduce_scatter", {outputs, flattened(inputs)});
+  ArgumentChecks("reduce_scatter", rank_, size_)
+      .length("output tensor list", 1, outputs.size())
+      .dtypes(outputs)
+      .reduction(opts.reduceOp, outputs)
+      .length("input tensor lists", 1, inputs.size())
+      .length("input tensor list", size_, inputs.front().size())
+      .like(outputs.front(), inputs.front());
   return run(
-      call_device("reduce_scatter", {outputs, flattened(inputs)}), c10d::OpType::REDUCE_SCATTER,
+      device, c10d::OpType::REDUCE_SCATTER,
       {"reduce_scatter", outputs, std::nullopt, opts.reduceOp.op_}, outputs,
       on_gloo(&c10d::Backend::reduce_scatter, outputs, inputs, as_gloo_options(opts)),
       scaling(opts.reduceOp, size_, outputs));
@@ -629,8 +699,13 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::reduce_scatter(
 
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::_reduce_scatter_base(
     at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
+  const c10::DeviceIndex device = call_device("reduce_scatter_tensor", {output, input});
+  ArgumentChecks("reduce_scatter_tensor", rank_, size_)
+      .dtypes({input})
+      .reduction(opts.reduceOp, {input})
+      .elements_of(input, "input", output, "output", size_);
   return run(
-      call_device("reduce_scatter_tensor", {output, input}), c10d::OpType::_REDUCE_SCATTER_BASE,
+      device, c10d::OpType::_REDUCE_SCATTER_BASE,
       {"reduce_scatter_tensor", input, std::nullopt, opts.reduceOp.op_}, {output},
       on_gloo(&c10d::Backend::_reduce_scatter_base, output, input, as_gloo_options(opts)),
       scaling(opts.reduceOp, size_, {output}));
@@ -639,8 +714,14 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::_reduce_scatter_base(
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::ReduceScatterOptions& opts) {
+  const c10::DeviceIndex device = call_device("reduce_scatter_tensor_coalesced", {outputs, inputs});
+  ArgumentChecks check("reduce_scatter_tensor_coalesced", rank_, size_);
+  check.length("output tensor list", inputs.size(), outputs.size()).dtypes(inputs).reduction(opts.reduceOp, inputs);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    check.elements_of(inputs[i], "input", outputs[i], "output", size_);
+  }
   return run(
-      call_device("reduce_scatter_tensor_coalesced", {outputs, inputs}), c10d::OpType::COALESCED,
+      device, c10d::OpType::COALESCED,
       {"reduce_scatter_tensor_coalesced", inputs, std::nullopt, opts.reduceOp.op_}, outputs,
       on_gloo(
             &c10d::Backend::reduce_scatter_tensor_coalesced, outputs, inputs, as_gloo_options(opts)),
@@ -651,7 +732,15 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::alltoall_base(
     at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_split_sizes,
     std::vector<int64_t>& input_split_sizes, const c10d::AllToAllOptions& opts) {
   const bool split = !output_split_sizes.empty() || !input_split_sizes.empty();
-  return run(call_device("all_to_all_single", {output, input}), c10d::OpType::ALLTOALL_BASE,
+  const c10::DeviceIndex device = call_device("all_to_all_single", {output, input});
+  ArgumentChecks check("all_to_all_single", rank_, size_);
+  check.dtypes({input}).splits("input", input_split_sizes, input).splits("output", output_split_sizes, output);
+  if (split) {
+    check.same_dtype(input, {output});
+  } else {
+    check.elements_of(output, "output", input, "input", 1);
+  }
+  return run(device, c10d::OpType::ALLTOALL_BASE,
              {"all_to_all_single", input, std::nullopt, std::nullopt, split}, {output}, on_gloo(
         &c10d::Backend::alltoall_base, output, input, output_split_sizes, input_split_sizes, opts));
 }
@@ -659,7 +748,14 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::alltoall_base(
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::alltoall(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllToAllOptions& opts) {
-  return run(call_device("all_to_all", {outputs, inputs}), c10d::OpType::ALLTOALL,
+  const c10::DeviceIndex device = call_device("all_to_all", {outputs, inputs});
+  ArgumentChecks("all_to_all", rank_, size_)
+      .length("input tensor list", size_, inputs.size())
+      .length("output tensor list", size_, outputs.size())
+      .dtypes(inputs)
+      .same_dtype(inputs.front(), inputs)
+      .same_dtype(inputs.front(), outputs);
+  return run(device, c10d::OpType::ALLTOALL,
              {"all_to_all", inputs, std::nullopt, std::nullopt, /*element_counts_may_differ=*/true},
              outputs,
              on_gloo(&c10d::Backend::alltoall, outputs, inputs, opts));
@@ -667,19 +763,25 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::alltoall(
 
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::send(
     std::vector<at::Tensor>& tensors, int dst_rank, int tag) {
-  return run(call_device("send", {tensors}), c10d::OpType::SEND, point_to_point("send", tensors), tensors,
+  const c10::DeviceIndex device = call_device("send", {tensors});
+  ArgumentChecks("send", rank_, size_).dtypes(tensors);
+  return run(device, c10d::OpType::SEND, point_to_point("send", tensors), tensors,
              on_gloo(&c10d::Backend::send, tensors, dst_rank, tag));
 }
 
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::recv(
     std::vector<at::Tensor>& tensors, int src_rank, int tag) {
-  return run(call_device("recv", {tensors}), c10d::OpType::RECV, point_to_point("recv", tensors), tensors,
+  const c10::DeviceIndex device = call_device("recv", {tensors});
+  ArgumentChecks("recv", rank_, size_).dtypes(tensors);
+  return run(device, c10d::OpType::RECV, point_to_point("recv", tensors), tensors,
              on_gloo(&c10d::Backend::recv, tensors, src_rank, tag));
 }
 
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::recvAnysource(
     std::vector<at::Tensor>& tensors, int tag) {
-  return run(call_device("recv", {tensors}), c10d::OpType::RECVANYSOURCE, point_to_point("recv", tensors), tensors,
+  const c10::DeviceIndex device = call_device("recv", {tensors});
+  ArgumentChecks("recv", rank_, size_).dtypes(tensors);
+  return run(device, c10d::OpType::RECVANYSOURCE, point_to_point("recv", tensors), tensors,
              on_gloo(&c10d::Backend::recvAnysource, tensors, tag));
 }
 
