@@ -906,3 +906,37 @@ def test_an_unsupported_dtype_of_a_queued_foreach_op_raises_at_the_call():
     torch._foreach_lerp_(on_device, [targets[0].to("vdev")], 0.25)
     torch._foreach_lerp_(halves, targets, 0.25)
     assert torch.equal(on_device[0].cpu(), halves[0])
+
+
+def _recycling_program(device):
+    """Kernels in a row whose CPU aliases a stream's worker re-points from earlier
+    kernels' (LaunchAliases::recycle): dtypes, sizes, strides, offsets and math bits
+    change from one kernel to the next, and tensors share storages."""
+    generator = torch.Generator().manual_seed(0)
+    base = torch.randn(6, 8, generator=generator).to(device)
+    results = []
+    view = base[1:, 2:]
+    results.append(view + base[:-1, :-2])
+    results.append(base.t() * 2)
+    doubled = base.double()
+    results.append(torch.logaddexp(doubled, doubled.flip(0)))
+    counts = torch.arange(48, device=device).view(6, 8)
+    results.append(counts[::2] * 3 + counts[1::2])
+    results.append(base > 0)
+    view.add_(base[:-1, :-2])  # in place, two views of one storage
+    results.append(base.clone())
+    complex_values = torch.randn(4, dtype=torch.complex64, generator=generator).to(device)
+    results.append(complex_values.conj() * 2)
+    destination = torch.empty(5, 6, device=device)
+    destination.copy_(base[1:, 2:])
+    results.append(destination)
+    destination[1:].copy_(counts[:4, :6])
+    results.append(destination)
+    return [result.cpu() for result in results]
+
+
+def test_kernels_on_recycled_aliases_match_cpu():
+    expected = _recycling_program("cpu")
+    for _ in range(3):  # later rounds run on aliases recycled by earlier ones
+        for got, want in zip(_recycling_program("vdev"), expected):
+            assert_close(got, want, rtol=0, atol=0)

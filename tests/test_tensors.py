@@ -85,6 +85,49 @@ def test_non_contiguous_and_dtype_converting_copies():
     assert_close(broadcast.cpu(), torch.arange(4.0).expand(3, 4))
 
 
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        # (destination, source) on CPU; each runs as the same copy_ between vdev tensors
+        lambda: (torch.zeros(1), torch.rand(1)),
+        lambda: (torch.zeros(5, 6, dtype=torch.int64), torch.randn(6, 5).t() * 10),
+        lambda: (torch.zeros(3, 4), torch.arange(4.0)),
+        lambda: (torch.zeros(4, dtype=torch.complex64), torch.randn(4, dtype=torch.complex64).conj()),
+        lambda: (torch.zeros(4), -torch.randn(4)),
+        lambda: (torch.zeros(0, 3), torch.randn(0, 3)),
+    ],
+)
+def test_copy_between_vdev_tensors_matches_cpu(case):
+    """copy_ between vdev tensors (vdev's own copy_, launched on the stream) writes
+    what CPU's copy_ writes, and returns its destination."""
+    cpu_destination, cpu_source = case()
+    destination, source = cpu_destination.to("vdev"), cpu_source.to("vdev")
+    if cpu_source.is_conj():
+        source = cpu_source.conj().to("vdev").conj()  # the same lazy conjugate on vdev
+    assert source.is_conj() == cpu_source.is_conj()
+    result = destination.copy_(source)
+    assert result is destination
+    assert_close(destination.cpu(), cpu_destination.copy_(cpu_source), rtol=0, atol=0)
+
+
+def test_copy_onto_itself_and_overlapping_copies_match_cpu():
+    tensor = torch.arange(6.0)
+    on_device = tensor.to("vdev")
+    on_device.copy_(on_device)
+    assert_close(on_device.cpu(), tensor, rtol=0, atol=0)
+    # A partial overlap is refused at the call, with CPU's error.
+    with pytest.raises(RuntimeError) as cpu_error:
+        tensor[1:].copy_(tensor[:-1])
+    with pytest.raises(RuntimeError) as vdev_error:
+        on_device[1:].copy_(on_device[:-1])
+    assert str(vdev_error.value) == str(cpu_error.value)
+    # Overlapping views of one storage are copied as on CPU once they do not overlap.
+    tensor[:3].copy_(tensor[3:])
+    on_device[:3].copy_(on_device[3:])
+    assert_close(on_device.cpu(), tensor, rtol=0, atol=0)
+
+
 def test_item_and_tolist():
     tensor = torch.tensor([3.5, -1.0], device="vdev")
     assert tensor[0].item() == 3.5

@@ -480,6 +480,15 @@ struct QueuedCpuKernel<Op, void(Args...)> {
       (cpu_kernel::note(checks, args), ...);
       device = checks.device();
     }
+    DtypeSignature dtypes(Op::name);
+    (dtypes.add(args), ...);
+    const bool dtypes_known = dtypes.known_to_run();
+    if (!dtypes_known) {
+      raise_metadata_errors(Op::name, [&](DataRefusingAliases& aliases) {
+        auto refusing = std::make_tuple(refusing_data(aliases, args)...);
+        std::apply([](auto&... argument) { Op::redispatch(c10::DispatchKeySet(c10::DispatchKey::CPU), argument...); }, refusing);
+      });
+    }
     // The CPU's foreach kernels write each tensor with an in-place op, which bumps its
     // version; the kernel's aliases count their own versions (LaunchAliases), so the
     // host counts those writes now, at the launch.
@@ -490,8 +499,6 @@ struct QueuedCpuKernel<Op, void(Args...)> {
       size_t index = 0;
       ((facts.written[index++] ? cpu_kernel::bump_versions(args) : void()), ...);
     }
-    DtypeSignature dtypes(Op::name);
-    (dtypes.add(args), ...);
     auto kernel = [kept = std::make_tuple(cpu_kernel::Kept<Args>::keep(args)...), device]() mutable {
       profiler::ActivityScope activity(profiler::ActivityKind::kKernel, Op::name, device);
       std::apply(
@@ -501,7 +508,7 @@ struct QueuedCpuKernel<Op, void(Args...)> {
           },
           kept);
     };
-    if (dtypes.known_to_run()) {
+    if (dtypes_known) {
       launch(current_stream(device), Op::name, std::move(kernel));
     } else if (launch_checking_support(current_stream(device), Op::name, std::move(kernel))) {
       dtypes.note_runs();

@@ -17,11 +17,13 @@
 
 #include <ATen/ops/_local_scalar_dense_native.h>
 #include <ATen/ops/copy.h>
+#include <ATen/ops/copy_native.h>
 #include <ATen/ops/copy_ops.h>
 #include <ATen/ops/fill_ops.h>
 
 #include <cstdint>
 #include <limits>
+#include <optional>
 
 namespace vdev {
 namespace {
@@ -118,13 +120,13 @@ const char* copy_name(const at::Tensor& self, const at::Tensor& dst) {
                                        : "Memcpy PtoP (Device -> Device)";
 }
 
-// copy_ lands here when either side is a vdev tensor: both sides are host memory,
-// so ATen's CPU copy (dtype conversion, broadcasting, any strides) runs on aliases.
-// As on CUDA, a copy between two tensors of one device, and a non_blocking copy
-// between a device and pinned host memory, are queued on the device's current stream
-// (the host goes on; reading the destination needs a synchronization); any other copy
-// waits for that stream and is complete when it returns.
-at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+// A copy where either side is a vdev tensor: both sides are host memory, so ATen's
+// CPU copy (dtype conversion, broadcasting, any strides) runs on aliases. As on CUDA,
+// a copy between two tensors of one device, and a non_blocking copy between a device
+// and pinned host memory, are queued on the device's current stream (the host goes on;
+// reading the destination needs a synchronization); any other copy waits for that
+// stream and is complete when it returns.
+void copy_between(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   lazy_init();
   for (const at::Tensor* tensor : {&self, &dst}) {
     TORCH_CHECK(
@@ -159,22 +161,39 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
           .check_all_same_device(false)
           .build();
     }
-    // The kernel runs on aliases made now (device memory is not kept alive, as on
-    // CUDA; a pinned host tensor is held until the copy ran); its profiler activity is
-    // the copy on the stream.
-    LaunchAliases aliases;
-    auto launched = [&aliases](const at::Tensor& tensor) {
-      return is_vdev(tensor) ? aliases.alias(tensor) : tensor;
+    // The kernel runs on aliases of the vdev sides as they are now, made when it runs
+    // (LaunchedTensor: device memory is not kept alive, as on CUDA); a pinned host
+    // tensor is held until the copy ran. Its profiler activity is the copy on the stream.
+    struct Side {
+      explicit Side(const at::Tensor& tensor)
+          : launched(is_vdev(tensor) ? std::optional<LaunchedTensor>(tensor) : std::nullopt),
+            host(is_vdev(tensor) ? at::Tensor() : tensor) {}
+      at::Tensor on_cpu(LaunchAliases& aliases) const {
+        return launched.has_value() ? aliases.alias(*launched) : host;
+      }
+      std::optional<LaunchedTensor> launched;
+      at::Tensor host;
     };
     launch(
-        current_stream(device), "aten::copy_",
-        [cpu_dst = launched(dst), cpu_src = launched(self), name, device]() mutable {
-          profiler::ActivityScope activity(
-              profiler::ActivityKind::kMemcpy, name, device, cpu_dst.nbytes());
-          at::_ops::copy_::redispatch(
-              c10::DispatchKeySet(c10::DispatchKey::CPU), cpu_dst, cpu_src, false);
+        current_stream(device), "aten::copy_", [to = Side(dst), from = Side(self), name, device]() {
+          at::Tensor cpu_dst;
+          at::Tensor cpu_src;
+          {
+            LaunchAliases aliases;
+            cpu_dst = to.on_cpu(aliases);
+            cpu_src = from.on_cpu(aliases);
+          }
+          {
+            profiler::ActivityScope activity(profiler::ActivityKind::kMemcpy, name, device, cpu_dst.nbytes());
+            at::_ops::copy_::redispatch(c10::DispatchKeySet(c10::DispatchKey::CPU), cpu_dst, cpu_src, false);
+          }
+          for (auto [side, alias] : {std::pair{&to, &cpu_dst}, std::pair{&from, &cpu_src}}) {
+            if (side->launched.has_value()) {
+              LaunchAliases::recycle(std::move(*alias));
+            }
+          }
         });
-    return dst;
+    return;
   }
   // Aliases made by one call: ATen's copy then sees whether source and destination
   // share memory (and refuses a partial overlap, as on CPU and CUDA).
@@ -186,7 +205,27 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   }
   profiler::ActivityScope activity(profiler::ActivityKind::kMemcpy, name, device, dst.nbytes());
   cpu_dst.copy_(call.alias(self), non_blocking);
+}
+
+// copy_ lands here when either side is a vdev tensor (ATen's copy_ reaches _copy_from
+// for devices it does not know).
+at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  copy_between(self, dst, non_blocking);
   return dst;
+}
+
+// copy_ itself, ahead of ATen's composite one, which reaches _copy_from after its own
+// checks and takes the destination back by value: a reference-count increment of a
+// tensor Python holds, which takes the GIL the binding released (about a third of a
+// small copy's host cost). Zero tensors take ATen's way.
+at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
+  if (!self.defined() || !src.defined() || self._is_zerotensor() || src._is_zerotensor()) {
+    return at::native::copy_(self, src, non_blocking);
+  }
+  if (!self.is_same(src)) {
+    copy_between(src, self, non_blocking);
+  }
+  return self;
 }
 
 at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
@@ -243,6 +282,7 @@ bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("empty.memory_format", TORCH_FN(empty_memory_format));
   m.impl("empty_strided", TORCH_FN(empty_strided));
+  m.impl("copy_", TORCH_FN(copy_));
   m.impl("_copy_from", TORCH_FN(copy_from));
   m.impl("_copy_from_and_resize", TORCH_FN(copy_from_and_resize));
   m.impl("_local_scalar_dense", TORCH_FN(local_scalar_dense));

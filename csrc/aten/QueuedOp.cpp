@@ -313,11 +313,22 @@ class KernelArguments {
     }
   }
 
+  // After the only run, once the kernel's stack is gone: the aliases go back to be
+  // re-pointed by this thread's next kernels (LaunchAliases::recycle).
+  void recycle_aliases() {
+    outputs_.clear();
+    for (at::Tensor& alias : aliases_) {
+      LaunchAliases::recycle(std::move(alias));
+    }
+    aliases_.clear();
+  }
+
  private:
   void make_aliases() {
     LaunchAliases aliases;
+    aliases_.reserve(noted_.size());
     for (const Noted& noted : noted_) {
-      at::Tensor alias = aliases.alias(noted.tensor);
+      at::Tensor alias = aliases_.emplace_back(aliases.alias(noted.tensor));
       if (noted.written) {
         shapes_.push_back(OutputShape::of(alias));
         outputs_.push_back(alias);
@@ -346,6 +357,7 @@ class KernelArguments {
   std::vector<Noted> noted_;
   c10::SmallVector<at::Tensor, 2> outputs_;
   c10::SmallVector<OutputShape, 2> shapes_;
+  c10::SmallVector<at::Tensor, 4> aliases_;
   std::atomic<bool> made_{false};
   std::mutex making_;
 };
@@ -590,6 +602,8 @@ bool launch_op(const c10::OperatorHandle& op, const OperatorFacts& facts, torch:
     unproven_dtypes.emplace(op, arguments);
     if (unproven_dtypes->known_to_run()) {
       unproven_dtypes.reset();
+    } else {
+      raise_metadata_errors(name, *plan.cpu_op, plan.cpu_kernel, arguments, fresh);
     }
   }
 
@@ -656,6 +670,10 @@ bool launch_op(const c10::OperatorHandle& op, const OperatorFacts& facts, torch:
           cpu_op.redispatchBoxed(kCpu, &kernel_stack);
         }
         kernel_arguments.keep_outputs_as_sized();
+        if (only_run) {
+          kernel_stack.clear();
+          kernel_arguments.recycle_aliases();
+        }
       };
   bool dtypes_run = !unproven_dtypes.has_value();
   if (dtypes_run) {

@@ -1,6 +1,9 @@
 #include "aten/SupportedDtypes.h"
 
+#include "runtime/Launch.h"
+
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include <deque>
 #include <string>
@@ -31,7 +34,75 @@ c10::TypeKind kind_of(const c10::Argument& argument) {
   return type->kind();
 }
 
+// What an alias's refused data access raises: it ends the run refusing data.
+constexpr std::string_view kDataRefused = "vdev: a run refusing data accessed a tensor's data";
+
+class DiscardWarnings final : public c10::WarningHandler {
+ public:
+  void process(const c10::Warning& /*warning*/) override {}
+};
+
 } // namespace
+
+at::Tensor DataRefusingAliases::alias(const at::Tensor& tensor) {
+  if (!tensor.defined() || !is_vdev(tensor)) {
+    return tensor;
+  }
+  at::Tensor alias = aliases_.alias(tensor);
+  alias.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl()->release_data_and_set_meta_custom_data_ptr_error_msg_(
+      std::string(kDataRefused));
+  return alias;
+}
+
+void raise_metadata_errors(const char* op_name, c10::function_ref<void(DataRefusingAliases&)> kernel) {
+  DiscardWarnings discard;
+  c10::WarningUtils::WarningHandlerGuard discarding(&discard);
+  c10::impl::ExcludeDispatchKeyGuard as_launched(keys_handled_on_host());
+  DataRefusingAliases aliases;
+  try {
+    kernel(aliases);
+  } catch (const c10::NotImplementedError& error) {
+    TORCH_CHECK_NOT_IMPLEMENTED(false, op_name, ": ", error.what_without_backtrace());
+  } catch (const c10::Error& error) {
+    if (error.msg().find(kDataRefused) == std::string::npos) {
+      throw;
+    }
+  }
+}
+
+void raise_metadata_errors(
+    const char* op_name, const c10::OperatorHandle& cpu_op, const c10::KernelFunction* cpu_kernel,
+    c10::ArrayRef<c10::IValue> arguments, c10::ArrayRef<at::Tensor> outputs) {
+  raise_metadata_errors(op_name, [&](DataRefusingAliases& aliases) {
+    torch::jit::Stack stack;
+    stack.reserve(arguments.size() + outputs.size());
+    for (const c10::IValue& value : arguments) {
+      if (value.isTensor()) {
+        stack.emplace_back(aliases.alias(value.toTensor()));
+      } else if (value.isList()) {
+        c10::impl::GenericList converted(value.toList().elementType());
+        converted.reserve(value.toListRef().size());
+        for (const c10::IValue& element : value.toListRef()) {
+          converted.push_back(element.isTensor() ? c10::IValue(aliases.alias(element.toTensor())) : element);
+        }
+        stack.emplace_back(std::move(converted));
+      } else if (value.isDevice() && value.toDevice().type() == kDeviceType) {
+        stack.emplace_back(c10::Device(c10::kCPU));
+      } else {
+        stack.push_back(value);
+      }
+    }
+    for (const at::Tensor& output : outputs) {
+      stack.emplace_back(aliases.alias(output));
+    }
+    constexpr c10::DispatchKeySet kCpu(c10::DispatchKey::CPU);
+    if (cpu_kernel != nullptr) {
+      cpu_kernel->callBoxed(cpu_op, kCpu, &stack);
+    } else {
+      cpu_op.redispatchBoxed(kCpu, &stack);
+    }
+  });
+}
 
 DtypeSignature::DtypeSignature(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> arguments) {
   const c10::FunctionSchema& schema = op.schema();

@@ -1,11 +1,16 @@
 #pragma once
 
+#include "aten/Tensor.h"
+
 #include <ATen/core/ivalue.h>
+#include <c10/util/FunctionRef.h>
 #include <c10/util/SmallVector.h>
 
 #include <optional>
+#include <vector>
 
 namespace c10 {
+class KernelFunction;
 class OperatorHandle;
 }
 
@@ -49,5 +54,55 @@ class DtypeSignature {
   c10::SmallVector<char, 64> key_;  // no allocation for most calls: this is built per launch
   bool has_empty_tensor_ = false;
 };
+
+// CUDA's host code checks a call's metadata (dtypes, sizes, arguments) before it
+// launches a kernel, so those errors raise at the call, while what only the kernel sees
+// (an index out of range) raises at a later synchronization. A CPU kernel interleaves
+// both, but checks metadata before it reads or writes any tensor's data: an error it
+// raises before that could not depend on the data. So the first launch of a signature
+// (DtypeSignature) first runs the CPU kernel on the calling thread over aliases whose
+// memory refuses every access (DataRefusingAliases): an error before the first refused
+// access (renorm's "Expected a floating point or complex tensor") raises at the call,
+// as CPU and CUDA raise it; the first refused access ends the run, and what the kernel
+// would raise later is the stream's. Known signatures skip this.
+class DataRefusingAliases {
+ public:
+  // A CPU alias of a vdev tensor (aliases of one storage share one, as LaunchAliases);
+  // other tensors as they are: CUDA reads host tensors on the host too.
+  at::Tensor alias(const at::Tensor& tensor);
+
+ private:
+  LaunchAliases aliases_;
+};
+
+// Runs `kernel` as above: warnings discarded (the launched kernel gives them), the keys
+// a launched kernel never reaches excluded; raises the error it raises before a refused
+// data access, an unsupported dtype's c10::NotImplementedError naming `op_name`.
+void raise_metadata_errors(const char* op_name, c10::function_ref<void(DataRefusingAliases&)> kernel);
+// For a boxed op: its CPU kernel (`cpu_kernel`, else the CPU dispatch) over `arguments`
+// and the fresh `outputs` the launched kernel writes.
+void raise_metadata_errors(
+    const char* op_name, const c10::OperatorHandle& cpu_op, const c10::KernelFunction* cpu_kernel,
+    c10::ArrayRef<c10::IValue> arguments, c10::ArrayRef<at::Tensor> outputs);
+
+// An argument of a typed kernel as the run refusing data takes it.
+inline at::Tensor refusing_data(DataRefusingAliases& aliases, const at::Tensor& tensor) {
+  return aliases.alias(tensor);
+}
+inline std::optional<at::Tensor> refusing_data(DataRefusingAliases& aliases, const std::optional<at::Tensor>& tensor) {
+  return tensor.has_value() ? std::optional<at::Tensor>(aliases.alias(*tensor)) : tensor;
+}
+inline std::vector<at::Tensor> refusing_data(DataRefusingAliases& aliases, at::TensorList tensors) {
+  std::vector<at::Tensor> refusing;
+  refusing.reserve(tensors.size());
+  for (const at::Tensor& tensor : tensors) {
+    refusing.push_back(aliases.alias(tensor));
+  }
+  return refusing;
+}
+template <class Other>
+Other refusing_data(DataRefusingAliases& /*aliases*/, const Other& value) {
+  return value;
+}
 
 } // namespace vdev

@@ -295,12 +295,65 @@ at::Tensor cpu_alias_over(const at::Tensor& tensor, c10::Storage alias_storage) 
   return alias;
 }
 
+namespace {
+// Aliases LaunchAliases::recycle took back on this thread: each alone in holding its
+// TensorImpl, its StorageImpl and its version counter, none of an inference tensor.
+using RecycledAliases = c10::SmallVector<c10::intrusive_ptr<c10::TensorImpl>, 8>;
+RecycledAliases& recycled_aliases() {
+  thread_local RecycledAliases recycled;
+  return recycled;
+}
+
+// A recycled alias of `tensor`'s dtype, re-pointed at its memory as it was at the
+// launch; null if none was recycled.
+at::Tensor recycled_alias(const LaunchedTensor& tensor) {
+  RecycledAliases& recycled = recycled_aliases();
+  for (auto it = recycled.begin(); it != recycled.end(); ++it) {
+    if ((*it)->dtype() != tensor.dtype) {
+      continue;
+    }
+    c10::intrusive_ptr<c10::TensorImpl> impl = std::move(*it);
+    recycled.erase(it);
+    c10::StorageImpl* storage = impl->unsafe_storage().unsafeGetStorageImpl();
+    storage->set_data_ptr_noswap(c10::DataPtr(tensor.data, c10::Device(c10::kCPU)));
+    storage->set_nbytes(tensor.storage_nbytes);
+    impl->set_sizes_and_strides(tensor.sizes, tensor.strides, tensor.storage_offset);
+    impl->_set_conj(tensor.conj);
+    impl->_set_neg(tensor.neg);
+    return at::Tensor(std::move(impl));
+  }
+  return at::Tensor();
+}
+} // namespace
+
+void LaunchAliases::recycle(at::Tensor&& alias) {
+  constexpr size_t kMostRecycled = 8;
+  RecycledAliases& recycled = recycled_aliases();
+  if (!alias.defined() || recycled.size() >= kMostRecycled) {
+    return;
+  }
+  c10::intrusive_ptr<c10::TensorImpl> impl = alias.unsafeReleaseIntrusivePtr();
+  // A kernel may have kept the alias, made a view of it, or given it autograd state.
+  if (impl.use_count() != 1 || impl->unsafe_storage().use_count() != 1 || impl->is_inference() ||
+      impl->autograd_meta() != nullptr || !impl->version_counter().unique()) {
+    return;
+  }
+  recycled.push_back(std::move(impl));
+}
+
 at::Tensor LaunchAliases::alias(const LaunchedTensor& tensor) {
   c10::Storage* alias_storage = nullptr;
   for (auto& [shown, storage] : storages_) {
     if (shown == tensor.device_storage) {
       alias_storage = &storage;
       break;
+    }
+  }
+  if (alias_storage == nullptr && !tensor.inference) {
+    at::Tensor alias = recycled_alias(tensor);
+    if (alias.defined()) {
+      storages_.emplace_back(tensor.device_storage, alias.storage());
+      return alias;
     }
   }
   if (alias_storage == nullptr) {

@@ -15,6 +15,7 @@
 #include "runtime/HostAccess.h"
 #include "runtime/Generator.h"
 #include "runtime/HostAllocator.h"
+#include "runtime/KernelTemporaryCache.h"
 #include "runtime/Launch.h"
 #include "runtime/Stream.h"
 
@@ -168,6 +169,23 @@ PYBIND11_MODULE(_C, m) {
   m.def("reset_fallback_stats", [] { vdev::reset_fallback_stats(); });
   m.def("host_op_stats", [] { return vdev::host_op_stats(); });
   m.def("reset_host_op_stats", [] { vdev::reset_host_op_stats(); });
+  // For tests: a CPU tensor a kernel allocated on the current stream's worker, handed
+  // to the calling thread (which frees it there).
+  m.def("cpu_tensor_made_on_worker", [](int64_t numel) {
+    const c10::Stream stream = vdev::current_stream(vdev::current_device());
+    auto made = std::make_shared<at::Tensor>();
+    vdev::launch(stream, "cpu_tensor_made_on_worker", [made, numel] {
+      *made = at::arange(numel, at::TensorOptions().dtype(at::kFloat));
+    });
+    vdev::synchronize_stream(stream);
+    return *made;
+  });
+  m.def("kernel_temporary_cache_stats", [] {
+    const vdev::KernelTemporaryCache::Stats stats = vdev::kernel_temporary_cache().stats();
+    return std::map<std::string, int64_t>{
+        {"allocations", stats.allocations}, {"reuses", stats.reuses}, {"in_use_blocks", stats.in_use_blocks},
+        {"cached_blocks", stats.cached_blocks}, {"cached_bytes", stats.cached_bytes}};
+  });
 
   m.def("current_stream", [](int index) {
     vdev::lazy_init();

@@ -4,6 +4,7 @@
 #include "profiler/MemoryEvents.h"
 #include "runtime/AllocatorConfig.h"
 #include "runtime/Device.h"
+#include "runtime/KernelTemporaryCache.h"
 #include "runtime/Launch.h"
 #include "runtime/RuntimeError.h"
 #include "runtime/Stream.h"
@@ -682,17 +683,26 @@ void free_device_block(void* ptr) {
 }
 
 // The CPU allocator installed process-wide: it serves ordinary CPU allocations
-// from the allocator it replaced, and a thread's allocations from device memory
-// while that thread runs a CPU kernel for a device (RouteCpuAllocationsTo).
-thread_local c10::DeviceIndex tls_route_device = -1;
+// from the allocator it replaced, a thread's allocations from device memory while
+// that thread runs a CPU kernel for a device (RouteCpuAllocationsTo), and a stream
+// worker's from the kernel temporary cache. One thread-local read tells them apart.
+constexpr c10::DeviceIndex kNotRouted = -1;
+constexpr c10::DeviceIndex kStreamWorker = -2;
+thread_local c10::DeviceIndex tls_route_device = kNotRouted;
 
 class RoutingCpuAllocator final : public c10::Allocator {
  public:
   explicit RoutingCpuAllocator(c10::Allocator* base) : base_(base) {}
 
   c10::DataPtr allocate(size_t nbytes) override {
-    if (tls_route_device >= 0) {
-      return pools().allocate(tls_route_device, nbytes, c10::Device(c10::kCPU), /*host_written=*/true);
+    const c10::DeviceIndex route = tls_route_device;
+    if (C10_UNLIKELY(route != kNotRouted)) {
+      if (route != kStreamWorker) {
+        return pools().allocate(route, nbytes, c10::Device(c10::kCPU), /*host_written=*/true);
+      }
+      if (nbytes > 0) {
+        return kernel_temporary_cache().allocate(nbytes);
+      }
     }
     return base_->allocate(nbytes);
   }
@@ -718,7 +728,9 @@ RoutingCpuAllocator& routing_cpu_allocator() {
 }
 
 void RoutingCpuAllocator::free_either(void* ptr) {
-  if (ptr != nullptr && pools().owns(ptr)) {
+  if (ptr != nullptr && kernel_temporary_cache().owns(ptr)) {
+    KernelTemporaryCache::free_block(ptr);
+  } else if (ptr != nullptr && pools().owns(ptr)) {
     pools().release(ptr);
   } else {
     routing_cpu_allocator().base_->raw_deleter()(ptr);
@@ -769,6 +781,7 @@ bool CachingAllocator::initialized() {
 
 void CachingAllocator::emptyCache(c10::MempoolId_t /*mempool_id*/) {
   pools().empty_cache();
+  kernel_temporary_cache().release_cached();
 }
 
 void CachingAllocator::recordStream(const c10::DataPtr& ptr, c10::Stream stream) {
@@ -868,6 +881,10 @@ RouteCpuAllocationsTo::RouteCpuAllocationsTo(c10::DeviceIndex device)
 
 RouteCpuAllocationsTo::~RouteCpuAllocationsTo() {
   tls_route_device = previous_;
+}
+
+void serve_cpu_allocations_from_kernel_temporary_cache() {
+  tls_route_device = kStreamWorker;
 }
 
 c10::Device device_of_pointer(const void* ptr) {

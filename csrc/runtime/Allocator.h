@@ -71,6 +71,11 @@ class RouteCpuAllocationsTo {
   c10::DeviceIndex previous_;
 };
 
+// Called on a stream's worker thread, which runs only kernels: the CPU memory its CPU
+// kernels allocate (their temporaries) comes from the kernel temporary cache
+// (KernelTemporaryCache.h) from here on.
+void serve_cpu_allocations_from_kernel_temporary_cache();
+
 // The device a pointer into device memory belongs to; throws for other pointers.
 c10::Device device_of_pointer(const void* ptr);
 

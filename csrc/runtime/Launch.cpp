@@ -1,5 +1,6 @@
 #include "runtime/Launch.h"
 
+#include "runtime/Allocator.h"
 #include "runtime/RuntimeError.h"
 #include "runtime/Stream.h"
 
@@ -82,7 +83,11 @@ void run_kernel(void* data) {
   thread_local const bool intra_op_threads_set = (at::init_num_threads(), true);
   (void)intra_op_threads_set;
   try {
-    LaunchingThreadState state(*kernel, on_worker());
+    const bool worker = on_worker();
+    if (worker) {
+      serve_cpu_allocations_from_kernel_temporary_cache();
+    }
+    LaunchingThreadState state(*kernel, worker);
     std::optional<profiler::LaunchedWork> launched;
     if (C10_UNLIKELY(kernel->origin.thread_id != 0)) {
       launched.emplace(kernel->origin);
@@ -108,6 +113,10 @@ void destroy_kernel(void* data) {
 }
 
 } // namespace
+
+c10::DispatchKeySet keys_handled_on_host() {
+  return kHandledOnHost;
+}
 
 namespace detail {
 bool launch_kernel(const c10::Stream& stream, const char* op_name, std::unique_ptr<Kernel> kernel, bool check_support) {

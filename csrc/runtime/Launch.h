@@ -45,7 +45,9 @@ class Kernel {
 template <class Body>
 class KernelOf final : public Kernel {
  public:
-  explicit KernelOf(Body&& body) : body_(std::move(body)) {}
+  // Built from the launched callable itself: a body is moved once, into here.
+  template <class Given>
+  explicit KernelOf(Given&& body) : body_(std::forward<Given>(body)) {}
 
   void run(bool only_run) override {
     if constexpr (std::is_invocable_v<Body&, bool>) {
@@ -64,6 +66,10 @@ class KernelOf final : public Kernel {
 VDEV_API bool launch_kernel(
     const c10::Stream& stream, const char* op_name, std::unique_ptr<Kernel> kernel, bool check_support = false);
 } // namespace detail
+
+// The dispatch keys a launched kernel never reaches (Python's, functorch's layers): the
+// launching thread handled them.
+c10::DispatchKeySet keys_handled_on_host();
 
 // Queues `body` on `stream`: it runs on the stream's worker thread after the
 // stream's earlier work, and this returns once it is queued (with
@@ -84,7 +90,7 @@ template <class Body>
 void launch(const c10::Stream& stream, const char* op_name, Body&& body) {
   detail::launch_kernel(
       stream, op_name,
-      std::make_unique<detail::KernelOf<std::decay_t<Body>>>(std::decay_t<Body>(std::forward<Body>(body))));
+      std::make_unique<detail::KernelOf<std::decay_t<Body>>>(std::forward<Body>(body)));
 }
 
 // As launch, for the first launch of a kernel with arguments of dtypes it has not run
@@ -98,7 +104,7 @@ template <class Body>
 bool launch_checking_support(const c10::Stream& stream, const char* op_name, Body&& body) {
   return detail::launch_kernel(
       stream, op_name,
-      std::make_unique<detail::KernelOf<std::decay_t<Body>>>(std::decay_t<Body>(std::forward<Body>(body))),
+      std::make_unique<detail::KernelOf<std::decay_t<Body>>>(std::forward<Body>(body)),
       /*check_support=*/true);
 }
 

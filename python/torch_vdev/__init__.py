@@ -57,6 +57,16 @@ def reset_synchronizing_op_stats() -> None:
     _C.reset_host_op_stats()
 
 
+def kernel_temporary_cache_stats() -> dict:
+    """The cache of the CPU memory CPU kernels allocate for themselves while they run
+    on a stream's worker (their temporaries): ``allocations`` (blocks handed out) and
+    ``reuses`` (of which were cached blocks) since the process started, and now
+    ``in_use_blocks``, ``cached_blocks`` and ``cached_bytes`` (free blocks kept for
+    reuse, which ``torch.vdev.empty_cache()`` frees). Host memory, not counted in
+    ``torch.vdev.memory_stats()``."""
+    return dict(_C.kernel_temporary_cache_stats())
+
+
 def _register_backend() -> None:
     # The C++ library registered the name when it loaded; renaming to the same
     # name sets up torch's Python side (device type, profiler names).

@@ -87,15 +87,13 @@ std::tuple<at::Tensor, at::Tensor> native_dropout(
   }
   const double keep_probability = 1. - p;
   const double scale = keep_probability == 0 ? 0. : 1. / keep_probability;
-  // The CPU kernel's checks, at the call (random_stand_in): p's range in bernoulli_, and
-  // the scaling, which integer inputs refuse.
+  // CUDA's kernel (and so this one) drops floating-point values only; ATen's CPU kernel
+  // would also take complex ones.
+  AT_DISPATCH_FLOATING_TYPES_AND2(c10::kHalf, c10::kBFloat16, input.scalar_type(), "native_dropout", [] {});
+  // The CPU kernel's check of p's range in bernoulli_, at the call, on a one-element mask.
   {
-    at::Tensor stand_in = random_stand_in(input);
-    at::Tensor stand_in_mask = at::empty(stand_in.sizes(), stand_in.options().dtype(c10::kBool));
+    at::Tensor stand_in_mask = at::empty({1}, input.options().device(c10::kCPU).dtype(c10::kBool));
     stand_in_mask.bernoulli_(keep_probability, scratch_generator());
-    if (!at::isFloatingType(input.scalar_type())) {
-      stand_in.mul(stand_in_mask).mul_(scale);
-    }
   }
   const bool fused = fused_applies(input);
   // In the input's memory format, as the CPU kernel makes them.

@@ -15,8 +15,9 @@
  *   VDEV_MEMORY_LIMIT     capacity of each device in bytes (default: physical RAM)
  *   VDEV_LAUNCH_BLOCKING  1: every stream operation completes before its call returns
  *                         (as CUDA_LAUNCH_BLOCKING), so errors surface at the launch
- *   VDEV_WORKER_SPIN_US   how long an idle stream worker polls for work before it
- *                         sleeps (default 50; 0: sleep at once)
+ *   VDEV_WORKER_SPIN_US   how long an idle stream worker polls for work, and a host
+ *                         waiting for a stream polls it, before sleeping (default 50;
+ *                         0: sleep at once)
  */
 #ifndef VDEV_RUNTIME_H
 #define VDEV_RUNTIME_H

@@ -286,8 +286,8 @@ vdrtError_t forbid_uncaptured(const char* function, const char* what) {
 
 std::atomic<bool> launch_blocking{env_flag("VDEV_LAUNCH_BLOCKING")};
 
-// How long an idle worker keeps polling its queue before it sleeps
-// (VDEV_WORKER_SPIN_US, microseconds). Waking a sleeping thread costs the launching
+// How long an idle worker keeps polling its queue, and a host waiting for a stream
+// keeps polling it, before it sleeps (VDEV_WORKER_SPIN_US, microseconds). Waking a sleeping thread costs the launching
 // thread a futex call and the kernel tens of microseconds of latency; a host issuing
 // small ops back to back finds a polling worker instead.
 int64_t read_worker_spin_ns() {
@@ -375,16 +375,20 @@ struct vdrtStream : std::enable_shared_from_this<vdrtStream> {
     }
   }
 
-  // True once work is submitted past what the worker completed (or within the spin).
-  bool poll_for_work() {
+  // Polls `ready` for up to the spin time (VDEV_WORKER_SPIN_US); true once it holds.
+  template <typename Ready>
+  static bool poll(Ready&& ready) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::nanoseconds(worker_spin_ns);
     for (;;) {
       for (int i = 0; i < 64; ++i) {
-        if (submitted.load(std::memory_order_acquire) != completed.load(std::memory_order_relaxed)) {
+        if (ready()) {
           return true;
         }
         cpu_relax();
       }
+      // On a machine with more busy threads than cores, the thread being waited for
+      // may need this core.
+      std::this_thread::yield();
       if (std::chrono::steady_clock::now() >= deadline) {
         return false;
       }
@@ -397,7 +401,7 @@ struct vdrtStream : std::enable_shared_from_this<vdrtStream> {
     for (;;) {
       if (queue.empty() && !stopping && worker_spin_ns > 0) {
         lock.unlock();
-        poll_for_work();
+        poll([&] { return submitted.load(std::memory_order_acquire) != completed.load(std::memory_order_relaxed); });
         lock.lock();
       }
       work_queued.wait(lock, [&] { return !queue.empty() || stopping; });
@@ -480,9 +484,15 @@ struct vdrtStream : std::enable_shared_from_this<vdrtStream> {
     if (idle()) {
       return;
     }
+    // Polled first, as the worker polls for work: a host that synchronizes right after
+    // small kernels (a data-dependent op, .item()) finds them done, and neither thread
+    // sleeps (waking one costs tens of microseconds).
+    const uint64_t target = submitted.load();
+    if (worker_spin_ns > 0 && poll([&] { return completed.load(std::memory_order_acquire) >= target; })) {
+      return;
+    }
     block_host([&] {
       std::unique_lock<std::mutex> lock(mutex);
-      const uint64_t target = submitted.load();
       work_done.wait(lock, [&] { return completed.load() >= target; });
     });
   }
