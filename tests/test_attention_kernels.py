@@ -201,3 +201,18 @@ def test_efficient_attention_packed_sequences_match_the_math_path():
     total.backward()
     for got, want in zip(leaves, cpu_leaves):
         assert_close(got.grad[0].cpu().float(), want.grad, **LOW)
+
+
+@pytest.mark.parametrize("is_causal", (False, True))
+def test_float64_attention_takes_the_math_path_and_has_a_double_backward_as_on_cuda(is_causal):
+    # CUDA's fused kernels take no float64 input, so it computes the math path, whose
+    # backward is differentiable; the CPU's flash backward is not (TestModule test_gradgrad
+    # of the Transformer modules).
+    query, key, value = (make(2, 3, 5, 4, dtype=torch.float64, seed=seed) for seed in range(3))
+    inputs = [t.to(DEVICE).requires_grad_() for t in (query, key, value)]
+
+    def attention(q, k, v):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=is_causal)
+
+    assert torch.autograd.gradgradcheck(attention, inputs)
+    assert_close(attention(*inputs).cpu(), attention(query, key, value))

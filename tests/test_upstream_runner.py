@@ -224,3 +224,35 @@ def test_sources_name_a_commit_and_shims_are_one_line_with_a_reason(tmp_path):
     assert "a different or damaged copy" in source_problems(str(tmp_path), [name])[name]
     (tmp_path / name).unlink()
     assert source_problems(str(tmp_path), [name])[name].startswith("missing")
+
+
+THREADS_TEST_FILE = textwrap.dedent(
+    """
+    import torch
+    from torch.testing._internal.common_device_type import instantiate_device_type_tests
+    from torch.testing._internal.common_utils import TestCase
+
+
+    class TestThreads(TestCase):
+        def test_one_intra_op_thread(self, device):
+            self.assertEqual(torch.get_num_threads(), 1)
+
+
+    instantiate_device_type_tests(TestThreads, globals())
+    """
+)
+
+
+@pytest.mark.parametrize("threads, passes", [([], 0), (["--threads", "1"], 1)])
+def test_threads_sets_each_processes_intra_op_threads(tmp_path, monkeypatch, threads, passes):
+    # Two threads by default whatever the machine, so only --threads can make the test pass.
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    (tmp_path / "pytorch" / "test").mkdir(parents=True)
+    (tmp_path / "pytorch" / "test" / "test_threads.py").write_text(THREADS_TEST_FILE)
+    summary_file = tmp_path / "summary.json"
+    process = run_runner(tmp_path, "TEST_EXCLUSIONS = {}\n", "--files", "test_threads.py", "--jobs", "2",
+                         *threads, "--json", str(summary_file))
+    assert process.returncode == 0, process.stderr
+    (summary,) = json.loads(summary_file.read_text())
+    assert [summary[device]["passed"] for device in ("cpu", "vdev")] == [passes, passes]
+    assert [summary[device]["failed"] for device in ("cpu", "vdev")] == [1 - passes, 1 - passes]

@@ -129,6 +129,8 @@ def run_file(spec, device, args, log_dir, bypass_nodeids=None):
         VDEV_UPSTREAM_FILE=file_name,
         PYTHONPATH=os.pathsep.join(filter(None, [HERE, env.get("PYTHONPATH")])),
     )
+    if args.threads:
+        env["OMP_NUM_THREADS"] = str(args.threads)
     env.pop("VDEV_UPSTREAM_BYPASS_DEVICE_RESTRICTIONS", None)
     if bypass_nodeids is not None:
         env["VDEV_UPSTREAM_BYPASS_DEVICE_RESTRICTIONS"] = "1"
@@ -320,6 +322,10 @@ def parse_args(argv):
                         help="wall-time cap in seconds of each file on each device (default 3600)")
     parser.add_argument("--exclusions", default=os.path.join(HERE, "exclusions.py"),
                         help="exclusion file (default: exclusions.py next to this script)")
+    parser.add_argument("--threads", type=int, metavar="N",
+                        help="intra-op (OpenMP) threads of each pytest process (OMP_NUM_THREADS); 1 keeps the CPU "
+                             "runs on a loaded machine from waiting at OpenMP barriers for descheduled threads "
+                             "(default: torch's)")
     parser.add_argument("--bypass-device-restrictions", action="store_true",
                         help="also run each file's CUDA-only tests on vdev with the device restrictions lifted")
     parser.add_argument("--show-failures", type=int, default=10, metavar="N",

@@ -4,6 +4,7 @@
 // slower, and numerically different from the CPU.
 #include "aten/CpuKernel.h"
 
+#include <ATen/SDPBackend.h>
 #include <ATen/native/transformers/attention.h>
 #include <ATen/ops/_fused_sdp_choice_ops.h>
 #include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu_backward_ops.h>
@@ -12,7 +13,10 @@
 namespace vdev {
 
 // The CPU's choice, which reads only the inputs' metadata (dtype, sizes, strides,
-// grad mode), made for the vdev tensors themselves.
+// grad mode), made for the vdev tensors themselves; except in float64, where CUDA's
+// fused kernels take no input and it computes the math path, whose backward is
+// differentiable again (the CPU's flash backward has no derivative, so double
+// backward through attention failed where CUDA's works).
 static int64_t fused_sdp_choice(
     const at::Tensor& query,
     const at::Tensor& key,
@@ -22,6 +26,9 @@ static int64_t fused_sdp_choice(
     bool is_causal,
     std::optional<double> scale,
     bool enable_gqa) {
+  if (query.scalar_type() == at::kDouble) {
+    return static_cast<int64_t>(at::SDPBackend::math);
+  }
   return at::_ops::_fused_sdp_choice::redispatch(
       c10::DispatchKeySet(c10::DispatchKey::CPU), query, key, value, attn_mask, dropout_p, is_causal, scale,
       enable_gqa);
