@@ -230,3 +230,71 @@ def test_half_precision_fft_of_power_of_two_sizes_matches_float32_cast_back(tran
 def test_bfloat16_ffts_are_refused_as_on_cuda():
     with pytest.raises(RuntimeError, match="Unsupported dtype BFloat16"):
         torch.fft.rfft(torch.randn(8, device=DEVICE, dtype=torch.bfloat16))
+
+
+MAX_POOL_ENTRIES = ("nn.functional.max_pool1d", "nn.functional.max_pool2d", "nn.functional.max_pool3d")
+# What CUDA's dispatch errors name: max_pool1d reaches the 2-d kernel off the CPU.
+CUDA_MAX_POOL_KERNELS = {1: "max_pool2d_with_indices_out_cuda_frame", 2: "max_pool2d_with_indices_out_cuda_frame",
+                         3: "max_pool3d_with_indices_out_frame"}
+POOLED_DTYPES = (torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32,
+                 torch.int16, torch.int8, torch.uint8, torch.bool)
+
+
+def max_pool_cases():
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    entries = {op.name: op for op in op_db if op.name in MAX_POOL_ENTRIES}
+    assert sorted(entries) == sorted(MAX_POOL_ENTRIES)
+    return [pytest.param(entries[name], dtype, id=f"{name}-{dtype}") for name in MAX_POOL_ENTRIES for dtype in POOLED_DTYPES]
+
+
+@pytest.mark.parametrize("op,dtype", max_pool_cases())
+def test_max_pooling_takes_the_dtypes_op_db_claims_for_cuda(op, dtype):
+    """op_db's CUDA dtypes are floating types, float16 and bfloat16; the CPU's kernels also
+    take integers. vdev runs the CUDA dtypes as the CPU computes them and refuses the others
+    at the call, with the CUDA kernel's dispatch error."""
+    samples = list(op.sample_inputs("cpu", dtype if dtype.is_floating_point else torch.float32))
+    samples = [s for s in samples if s.input.numel() > 0]
+    dimensions = int(op.name[-2])
+    for sample in samples[:4]:
+        values = sample.input.to(dtype) if not dtype.is_floating_point else sample.input
+        on_device = values.to(DEVICE)
+        if dtype in op.supported_dtypes("cuda"):
+            results = op(on_device, *sample.args, **sample.kwargs)
+            references = op(values.float() if dtype in (torch.float16, torch.bfloat16) else values, *sample.args, **sample.kwargs)
+            # (output, indices) with return_indices: both as the CPU's.
+            for result, reference in zip(*(r if isinstance(r, tuple) else (r,) for r in (results, references))):
+                torch.testing.assert_close(result.cpu(), reference.to(result.dtype), **tolerance(dtype))
+            continue
+        name = str(dtype).removeprefix("torch.")
+        scalar_type = {"int64": "Long", "int32": "Int", "int16": "Short", "int8": "Char", "uint8": "Byte",
+                       "bool": "Bool"}[name]
+        # At the call: with kernels queued, a refusal on the stream would raise only at a synchronization.
+        with pytest.raises(NotImplementedError, match=f'"{CUDA_MAX_POOL_KERNELS[dimensions]}" not implemented for \'{scalar_type}\''):
+            op(on_device, *sample.args, **sample.kwargs)
+
+
+@pytest.mark.parametrize("dimensions", (2, 3))
+def test_max_pooling_aten_ops_refuse_integers_as_cuda_forward_out_and_backward(dimensions):
+    shape = (1, 2) + (4,) * dimensions
+    forward = getattr(torch.ops.aten, f"max_pool{dimensions}d_with_indices")
+    backward = getattr(torch.ops.aten, f"max_pool{dimensions}d_with_indices_backward")
+    kernel = [2] * dimensions
+    values = torch.arange(torch.Size(shape).numel()).reshape(shape).to(DEVICE)
+    pooled, indices = forward(values.float(), kernel)
+    backward_kernel = CUDA_MAX_POOL_KERNELS[dimensions].replace("_out_frame", "_backward_out_frame") if dimensions == 3 else CUDA_MAX_POOL_KERNELS[2]
+    with pytest.raises(NotImplementedError, match=f'"{CUDA_MAX_POOL_KERNELS[dimensions]}" not implemented for \'Long\''):
+        forward(values, kernel)
+    with pytest.raises(NotImplementedError, match=f'"{CUDA_MAX_POOL_KERNELS[dimensions]}" not implemented for \'Long\''):
+        forward.out(values, kernel, out=torch.empty(0, dtype=torch.int64, device=DEVICE),
+                    indices=torch.empty(0, dtype=torch.int64, device=DEVICE))
+    with pytest.raises(NotImplementedError, match=f'"{backward_kernel}" not implemented for \'Long\''):
+        backward(pooled.long(), values, kernel, [], [0] * dimensions, [1] * dimensions, False, indices)
+    # Floating point runs, with the CPU's values and gradients.
+    expected_pooled, expected_indices = forward.default(values.cpu().float(), kernel)
+    torch.testing.assert_close(pooled.cpu(), expected_pooled)
+    assert torch.equal(indices.cpu(), expected_indices)
+    gradient = backward(torch.ones_like(pooled), values.float(), kernel, [], [0] * dimensions, [1] * dimensions, False, indices)
+    expected = backward(torch.ones_like(expected_pooled), values.cpu().float(), kernel, [], [0] * dimensions,
+                        [1] * dimensions, False, expected_indices)
+    torch.testing.assert_close(gradient.cpu(), expected)

@@ -3,6 +3,7 @@ and code written for accelerators call them directly): FlashAttention's and the
 memory-efficient kernel's outputs, logsumexp and gradients against the math path on
 the CPU in float32, with their causal masks' alignments."""
 
+import contextlib
 import math
 
 import pytest
@@ -216,3 +217,56 @@ def test_float64_attention_takes_the_math_path_and_has_a_double_backward_as_on_c
 
     assert torch.autograd.gradgradcheck(attention, inputs)
     assert_close(attention(*inputs).cpu(), attention(query, key, value))
+
+
+class AttentionOps(torch.utils._python_dispatch.TorchDispatchMode):
+    """The aten ops scaled_dot_product_attention decomposes into."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(func.overloadpacket.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+BACKENDS = {int(backend): backend for backend in torch.nn.attention.SDPBackend.__members__.values()}
+# An op only each backend's path runs: the CPU's flash kernel, or the math path's
+# softmax (the math path itself is a composite, which a dispatch mode sees decomposed).
+PATH_OPS = {
+    torch.nn.attention.SDPBackend.FLASH_ATTENTION: "_scaled_dot_product_flash_attention_for_cpu",
+    torch.nn.attention.SDPBackend.MATH: "_safe_softmax",
+}
+
+
+@pytest.mark.parametrize("backends", ("default", "math"))
+@pytest.mark.parametrize("dtype", (torch.float32, torch.float64, torch.float16), ids=str)
+def test_fused_sdp_choice_names_the_path_attention_takes(dtype, backends):
+    """torch._fused_sdp_choice answers what vdev's attention then computes: the CPU's
+    choice (and path), except in float64, which CUDA's fused kernels do not take."""
+    query, key, value = (make(2, 3, 5, 8, dtype=dtype, seed=seed).to(DEVICE) for seed in range(3))
+    enabled = (
+        torch.nn.attention.sdpa_kernel([torch.nn.attention.SDPBackend.MATH])
+        if backends == "math"
+        else contextlib.nullcontext()
+    )
+    with enabled:
+        choice = BACKENDS[torch._fused_sdp_choice(query, key, value)]
+        cpu_choice = BACKENDS[torch._fused_sdp_choice(query.cpu(), key.cpu(), value.cpu())]
+        with AttentionOps() as mode:
+            result = torch.nn.functional.scaled_dot_product_attention(query, key, value)
+    expected = torch.nn.attention.SDPBackend.MATH if dtype == torch.float64 else cpu_choice
+    assert choice == expected
+    assert [op for op in PATH_OPS.values() if op in mode.ops] == [PATH_OPS[choice]]
+    reference = torch.nn.functional.scaled_dot_product_attention(query.cpu().double(), key.cpu().double(), value.cpu().double())
+    assert_close(result.cpu(), reference.to(dtype), **(LOW if dtype == torch.float16 else {}))
+
+
+def test_float64_attention_with_the_math_backend_disabled_raises_cudas_error():
+    query = make(2, 3, 5, 8, dtype=torch.float64).to(DEVICE)
+    with torch.nn.attention.sdpa_kernel([torch.nn.attention.SDPBackend.FLASH_ATTENTION]):
+        with pytest.raises(RuntimeError, match="^No available kernel. Aborting execution."):
+            torch._fused_sdp_choice(query, query, query)
+        with pytest.raises(RuntimeError, match="^No available kernel. Aborting execution."):
+            torch.nn.functional.scaled_dot_product_attention(query, query, query)

@@ -4,6 +4,7 @@
 // slower, and numerically different from the CPU.
 #include "aten/CpuKernel.h"
 
+#include <ATen/Context.h>
 #include <ATen/SDPBackend.h>
 #include <ATen/native/transformers/attention.h>
 #include <ATen/ops/_fused_sdp_choice_ops.h>
@@ -13,10 +14,12 @@
 namespace vdev {
 
 // The CPU's choice, which reads only the inputs' metadata (dtype, sizes, strides,
-// grad mode), made for the vdev tensors themselves; except in float64, where CUDA's
-// fused kernels take no input and it computes the math path, whose backward is
-// differentiable again (the CPU's flash backward has no derivative, so double
-// backward through attention failed where CUDA's works).
+// grad mode, the backends torch.nn.attention.sdpa_kernel enables), made for the vdev
+// tensors themselves; except in float64, where CUDA's fused kernels take no input and it
+// computes the math path, whose backward is differentiable again (the CPU's flash
+// backward has no derivative, so double backward through attention failed where CUDA's
+// works). scaled_dot_product_attention asks the stub, torch._fused_sdp_choice the op:
+// both answer this.
 static int64_t fused_sdp_choice(
     const at::Tensor& query,
     const at::Tensor& key,
@@ -27,6 +30,11 @@ static int64_t fused_sdp_choice(
     std::optional<double> scale,
     bool enable_gqa) {
   if (query.scalar_type() == at::kDouble) {
+    // CUDA's error when the backends enabled take none of the inputs.
+    TORCH_CHECK(
+        at::globalContext().userEnabledMathSDP(),
+        "No available kernel. Aborting execution. (vdev's fused attention kernels, as CUDA's, take no "
+        "float64 inputs, and torch.nn.attention.sdpa_kernel disabled the math backend)");
     return static_cast<int64_t>(at::SDPBackend::math);
   }
   return at::_ops::_fused_sdp_choice::redispatch(
@@ -35,6 +43,7 @@ static int64_t fused_sdp_choice(
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("_fused_sdp_choice", TORCH_FN(fused_sdp_choice));
   register_cpu_kernels<
       at::_ops::_scaled_dot_product_flash_attention_for_cpu,
       at::_ops::_scaled_dot_product_flash_attention_for_cpu_backward>(m);

@@ -1,10 +1,8 @@
-// Upsampling with CUDA's dtypes, refused at the call. CUDA's upsample kernels
-// (UpSample*.cu) dispatch on floating types, Half and BFloat16, and the nearest ones on
-// Byte too; the CPU's also take integers (nearest) and Byte (linear, bilinear, bicubic).
-// A CPU kernel runs queued on the stream (CpuKernel.h), so a dtype it refuses would raise
-// only at the next synchronization; CUDA refuses on the host, at the call. So a vdev
-// upsample checks the dtype first, with CUDA's dispatch error, and then runs the CPU kernel.
-#include "aten/CpuKernel.h"
+// Upsampling with CUDA's dtypes, refused at the call (CudaDtypes.h). CUDA's upsample
+// kernels (UpSample*.cu) dispatch on floating types, Half and BFloat16, and the nearest
+// ones on Byte too; the CPU's also take integers (nearest) and Byte (linear, bilinear,
+// bicubic).
+#include "aten/native/CudaDtypes.h"
 
 #include <ATen/ops/_upsample_bicubic2d_aa_ops.h>
 #include <ATen/ops/_upsample_bilinear2d_aa_ops.h>
@@ -19,55 +17,18 @@
 #include <ATen/ops/upsample_nearest3d_ops.h>
 #include <ATen/ops/upsample_trilinear3d_ops.h>
 
-#include <tuple>
-#include <utility>
-
 namespace vdev {
 namespace {
 
-enum class Interpolation { Nearest, Linear };
-
-// AT_DISPATCH_FLOATING_TYPES_AND2(Half, BFloat16, ...), and Byte for nearest.
-bool cuda_upsamples(Interpolation interpolation, c10::ScalarType dtype) {
-  switch (dtype) {
-    case c10::ScalarType::Double:
-    case c10::ScalarType::Float:
-    case c10::ScalarType::Half:
-    case c10::ScalarType::BFloat16:
-      return true;
-    case c10::ScalarType::Byte:
-      return interpolation == Interpolation::Nearest;
-    default:
-      return false;
-  }
+// AT_DISPATCH_FLOATING_TYPES_AND3(kHalf, kBFloat16, kByte, ...).
+bool cuda_upsamples_nearest(c10::ScalarType dtype) {
+  return cuda_floating_and_half_types(dtype) || dtype == c10::ScalarType::Byte;
 }
 
-// `cuda_kernel` is the AT_DISPATCH name CUDA's error reports.
-template <class Op, Interpolation interpolation, const char* cuda_kernel, class Schema = typename Op::schema>
-struct UpsampleKernel;
-
-// Every overload's first argument is the upsampled tensor, whose dtype CUDA dispatches on.
-template <class Op, Interpolation interpolation, const char* cuda_kernel, class Result, class... Args>
-struct UpsampleKernel<Op, interpolation, cuda_kernel, Result(Args...)> {
-  static Result call(Args... args) {
-    const at::Tensor& input = std::get<0>(std::forward_as_tuple(args...));
-    TORCH_CHECK_NOT_IMPLEMENTED(
-        cuda_upsamples(interpolation, input.scalar_type()),
-        '"',
-        cuda_kernel,
-        "\" not implemented for '",
-        c10::toString(input.scalar_type()),
-        "'");
-    return CpuKernel<Op>::call(std::forward<Args>(args)...);
-  }
-};
-
-template <class Op, Interpolation interpolation, const char* cuda_kernel, class OutOp>
+template <class Op, bool (*cuda_takes)(c10::ScalarType), const char* cuda_kernel, class OutOp>
 void register_upsample(torch::Library& library) {
-  cpu_kernel::register_kernel(
-      library, Op::name, Op::overload_name, TORCH_FN((UpsampleKernel<Op, interpolation, cuda_kernel>::call)));
-  cpu_kernel::register_kernel(
-      library, OutOp::name, OutOp::overload_name, TORCH_FN((UpsampleKernel<OutOp, interpolation, cuda_kernel>::call)));
+  register_cuda_dtypes_kernel<Op, cuda_takes, cuda_kernel>(library);
+  register_cuda_dtypes_kernel<OutOp, cuda_takes, cuda_kernel>(library);
 }
 
 constexpr char kNearest1d[] = "upsample_nearest1d_out_frame";
@@ -83,18 +44,18 @@ constexpr char kTrilinear3d[] = "upsample_trilinear3d_out_frame";
 } // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  register_upsample<at::_ops::upsample_nearest1d, Interpolation::Nearest, kNearest1d, at::_ops::upsample_nearest1d_out>(m);
-  register_upsample<at::_ops::_upsample_nearest_exact1d, Interpolation::Nearest, kNearest1d, at::_ops::_upsample_nearest_exact1d_out>(m);
-  register_upsample<at::_ops::upsample_nearest2d, Interpolation::Nearest, kNearest2d, at::_ops::upsample_nearest2d_out>(m);
-  register_upsample<at::_ops::_upsample_nearest_exact2d, Interpolation::Nearest, kNearest2d, at::_ops::_upsample_nearest_exact2d_out>(m);
-  register_upsample<at::_ops::upsample_nearest3d, Interpolation::Nearest, kNearest3d, at::_ops::upsample_nearest3d_out>(m);
-  register_upsample<at::_ops::_upsample_nearest_exact3d, Interpolation::Nearest, kNearest3d, at::_ops::_upsample_nearest_exact3d_out>(m);
-  register_upsample<at::_ops::upsample_linear1d, Interpolation::Linear, kLinear1d, at::_ops::upsample_linear1d_out>(m);
-  register_upsample<at::_ops::upsample_bilinear2d, Interpolation::Linear, kBilinear2d, at::_ops::upsample_bilinear2d_out>(m);
-  register_upsample<at::_ops::_upsample_bilinear2d_aa, Interpolation::Linear, kBilinear2dAa, at::_ops::_upsample_bilinear2d_aa_out>(m);
-  register_upsample<at::_ops::upsample_bicubic2d, Interpolation::Linear, kBicubic2d, at::_ops::upsample_bicubic2d_out>(m);
-  register_upsample<at::_ops::_upsample_bicubic2d_aa, Interpolation::Linear, kBicubic2dAa, at::_ops::_upsample_bicubic2d_aa_out>(m);
-  register_upsample<at::_ops::upsample_trilinear3d, Interpolation::Linear, kTrilinear3d, at::_ops::upsample_trilinear3d_out>(m);
+  register_upsample<at::_ops::upsample_nearest1d, cuda_upsamples_nearest, kNearest1d, at::_ops::upsample_nearest1d_out>(m);
+  register_upsample<at::_ops::_upsample_nearest_exact1d, cuda_upsamples_nearest, kNearest1d, at::_ops::_upsample_nearest_exact1d_out>(m);
+  register_upsample<at::_ops::upsample_nearest2d, cuda_upsamples_nearest, kNearest2d, at::_ops::upsample_nearest2d_out>(m);
+  register_upsample<at::_ops::_upsample_nearest_exact2d, cuda_upsamples_nearest, kNearest2d, at::_ops::_upsample_nearest_exact2d_out>(m);
+  register_upsample<at::_ops::upsample_nearest3d, cuda_upsamples_nearest, kNearest3d, at::_ops::upsample_nearest3d_out>(m);
+  register_upsample<at::_ops::_upsample_nearest_exact3d, cuda_upsamples_nearest, kNearest3d, at::_ops::_upsample_nearest_exact3d_out>(m);
+  register_upsample<at::_ops::upsample_linear1d, cuda_floating_and_half_types, kLinear1d, at::_ops::upsample_linear1d_out>(m);
+  register_upsample<at::_ops::upsample_bilinear2d, cuda_floating_and_half_types, kBilinear2d, at::_ops::upsample_bilinear2d_out>(m);
+  register_upsample<at::_ops::_upsample_bilinear2d_aa, cuda_floating_and_half_types, kBilinear2dAa, at::_ops::_upsample_bilinear2d_aa_out>(m);
+  register_upsample<at::_ops::upsample_bicubic2d, cuda_floating_and_half_types, kBicubic2d, at::_ops::upsample_bicubic2d_out>(m);
+  register_upsample<at::_ops::_upsample_bicubic2d_aa, cuda_floating_and_half_types, kBicubic2dAa, at::_ops::_upsample_bicubic2d_aa_out>(m);
+  register_upsample<at::_ops::upsample_trilinear3d, cuda_floating_and_half_types, kTrilinear3d, at::_ops::upsample_trilinear3d_out>(m);
 }
 
 } // namespace vdev
