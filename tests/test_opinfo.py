@@ -45,8 +45,15 @@ SEED = 1234
 
 # Entries whose vdev kernels take CUDA's dtypes and refuse at the call what CUDA's
 # refuse, where the CPU's take more (uint8 bilinear/bicubic: csrc/aten/native/Upsample.cpp,
-# checked in test_cuda_semantics.py): their CPU-only dtypes are not compared.
-CUDA_DTYPE_OPS = {"nn.functional.interpolate", "nn.functional.upsample_bilinear", "_upsample_bilinear2d_aa"}
+# checked in test_cuda_semantics.py; integer max pooling: Pooling.cpp, checked in
+# test_accelerator_dtypes.py): their CPU-only dtypes are not compared.
+CUDA_DTYPE_OPS = {
+    "nn.functional.interpolate",
+    "nn.functional.upsample_bilinear",
+    "_upsample_bilinear2d_aa",
+    "nn.functional.max_pool2d",
+    "nn.functional.max_pool3d",
+}
 
 
 def with_one_dtype_per_category(op):
