@@ -298,3 +298,33 @@ def test_max_pooling_aten_ops_refuse_integers_as_cuda_forward_out_and_backward(d
     expected = backward(torch.ones_like(expected_pooled), values.cpu().float(), kernel, [], [0] * dimensions,
                         [1] * dimensions, False, expected_indices)
     torch.testing.assert_close(gradient.cpu(), expected)
+
+
+REDUCTIONS_INTO = {
+    "prod": lambda x, dtype: x.prod(dtype=dtype),
+    "prod dim": lambda x, dtype: x.prod(1, dtype=dtype),
+    "sum dim": lambda x, dtype: x.sum(1, dtype=dtype),
+    "cumprod": lambda x, dtype: x.cumprod(1, dtype=dtype),
+}
+
+
+@pytest.mark.parametrize("source", (torch.float32, torch.int64, torch.complex64, torch.complex32), ids=str)
+@pytest.mark.parametrize("name", sorted(REDUCTIONS_INTO))
+def test_reductions_into_complex32_compute_in_complex64_as_cuda_takes_them(name, source):
+    """CUDA reduces into complex32 (op_db's CUDA dtypes of prod), whatever the input's
+    dtype: a complex32 dtype= argument widens the call as a complex32 tensor does, and an
+    explicit wider dtype= is kept (complex32 input into complex64 stays complex64)."""
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    assert torch.complex32 in next(op for op in op_db if op.name == "prod").supported_dtypes("cuda")
+    reduce = REDUCTIONS_INTO[name]
+    values = torch.randn(3, 4, dtype=torch.complex64, generator=torch.Generator().manual_seed(0)) * 0.5 + 1
+    values = values.to(source) if source.is_complex else (values.real * 2).to(source)
+    on_device = values.to(DEVICE)
+    wide = values.to(torch.complex64) if source == torch.complex32 else values
+    narrow = reduce(on_device, torch.complex32)
+    assert narrow.dtype == torch.complex32
+    torch.testing.assert_close(narrow.cpu(), reduce(wide, torch.complex64).to(torch.complex32), **tolerance(torch.complex32))
+    kept = reduce(on_device, torch.complex64)
+    assert kept.dtype == torch.complex64
+    torch.testing.assert_close(kept.cpu(), reduce(wide, torch.complex64), **tolerance(source))

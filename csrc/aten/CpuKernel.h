@@ -63,6 +63,14 @@ inline void note(CpuRedispatch& call, const c10::List<std::optional<at::Tensor>>
 inline void note(CpuRedispatch& call, const std::optional<c10::Device>& device) {
   call.note_device(device);
 }
+inline void note(CpuRedispatch& call, std::optional<c10::ScalarType> dtype) {
+  if (dtype.has_value()) {
+    call.note_dtype_argument(*dtype);
+  }
+}
+inline void note(CpuRedispatch& call, c10::ScalarType dtype) {
+  call.note_dtype_argument(dtype);
+}
 template <class T>
 void note(CpuRedispatch& /*call*/, const T& /*other*/) {}
 

@@ -115,6 +115,14 @@ const at::Tensor& CpuRedispatch::widened(const at::Tensor& tensor, const at::Ten
   if (compute == c10::ScalarType::Undefined) {
     return alias;
   }
+  note_widened_type(dtype, compute);
+  // The widened copy reads device memory now, before the kernel's Scope: the work
+  // queued on the stream (a copy that wrote this tensor) must be complete first.
+  synchronize_for_host_op(device(), op_name_);
+  return widened_.emplace_back(Widened{tensor.unsafeGetTensorImpl(), alias.to(compute)}).cpu;
+}
+
+void CpuRedispatch::note_widened_type(c10::ScalarType dtype, c10::ScalarType compute) {
   bool known = false;
   for (const auto& [original, computed] : widened_types_) {
     known = known || (original == dtype && computed == compute);
@@ -122,13 +130,27 @@ const at::Tensor& CpuRedispatch::widened(const at::Tensor& tensor, const at::Ten
   if (!known) {
     widened_types_.emplace_back(dtype, compute);
   }
-  // The widened copy reads device memory now, before the kernel's Scope: the work
-  // queued on the stream (a copy that wrote this tensor) must be complete first.
-  synchronize_for_host_op(device(), op_name_);
-  return widened_.emplace_back(Widened{tensor.unsafeGetTensorImpl(), alias.to(compute)}).cpu;
+}
+
+void CpuRedispatch::note_dtype_argument(c10::ScalarType dtype) {
+  if (accelerator_dtypes_ == nullptr) {
+    return;  // nothing is narrowed
+  }
+  const c10::ScalarType compute = accelerator_dtypes_->compute_type(dtype);
+  if (compute == c10::ScalarType::Undefined) {
+    requested_types_.push_back(dtype);
+    return;
+  }
+  widening_ = true;
+  note_widened_type(dtype, compute);
 }
 
 at::Tensor CpuRedispatch::narrowed(const at::Tensor& cpu) {
+  for (const c10::ScalarType requested : requested_types_) {
+    if (cpu.scalar_type() == requested) {
+      return cpu;
+    }
+  }
   for (const auto& [original, compute] : widened_types_) {
     const c10::ScalarType narrow = narrowed_type(cpu.scalar_type(), original, compute);
     if (narrow != cpu.scalar_type()) {

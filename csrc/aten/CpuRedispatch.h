@@ -31,9 +31,10 @@ namespace vdev {
 //  - a sparse COO (compressed) tensor is a SparseCPU (SparseCsrCPU) tensor over aliases
 //    of its indices and values, and a sparse result becomes a vdev sparse tensor over
 //    its converted ones;
-//  - for an op with accelerator dtypes (AcceleratorDtypes.h) called with one, arguments
-//    of those dtypes reach the kernel as copies in the dtype it computes them in, and
-//    results come back narrowed (written arguments by a copy back).
+//  - for an op with accelerator dtypes (AcceleratorDtypes.h) called with one (a tensor
+//    or a dtype= argument), arguments of those dtypes reach the kernel as copies in the
+//    dtype it computes them in, and results come back narrowed (written arguments by a
+//    copy back).
 // Used by the boxed fallback and by the unboxed native kernels (CpuKernel.h).
 class CpuRedispatch {
  public:
@@ -55,8 +56,13 @@ class CpuRedispatch {
   void accept_accelerator_dtypes(const AcceleratorDtypes* dtypes) {
     accelerator_dtypes_ = dtypes;
   }
-  // A dtype argument (prod's dtype=) as the kernel receives it: the compute dtype of
-  // an accelerator dtype when the call widens.
+  // A dtype argument (prod's dtype=), before note_tensor's aliases are made: an
+  // accelerator dtype widens the call as a tensor of it does (prod of float32 into
+  // complex32); any other is a result dtype the caller asked for, which results keep
+  // (prod of complex32 into complex64 is complex64, not narrowed).
+  void note_dtype_argument(c10::ScalarType dtype);
+  // A dtype argument as the kernel receives it: the compute dtype of an accelerator
+  // dtype when the call widens.
   c10::ScalarType dtype_argument(c10::ScalarType dtype) const {
     if (widening_) {
       const c10::ScalarType compute = accelerator_dtypes_->compute_type(dtype);
@@ -139,6 +145,7 @@ class CpuRedispatch {
   // The copy in its compute dtype of an argument of an accelerator dtype, made from its
   // alias; the alias itself for other arguments.
   const at::Tensor& widened(const at::Tensor& tensor, const at::Tensor& alias);
+  void note_widened_type(c10::ScalarType dtype, c10::ScalarType compute);
   at::Tensor narrowed(const at::Tensor& cpu);
 
   // A sparse COO vdev tensor as a SparseCPU tensor over aliases of its indices and values.
@@ -165,11 +172,14 @@ class CpuRedispatch {
   c10::SmallVector<std::pair<c10::TensorImpl*, at::Tensor>, 0> storage_sharing_aliases_;
   c10::SmallVector<at::Tensor, 0> sparse_parts_;
   const AcceleratorDtypes* accelerator_dtypes_ = nullptr;
-  // Set once an argument has an accelerator dtype (note_tensor): the call widens.
+  // Set once an argument has an accelerator dtype (note_tensor, note_dtype_argument):
+  // the call widens.
   bool widening_ = false;
   c10::SmallVector<Widened, 0> widened_;
   // The (original, compute) dtypes of widened arguments, to narrow results.
   c10::SmallVector<std::pair<c10::ScalarType, c10::ScalarType>, 0> widened_types_;
+  // Dtype arguments of no accelerator dtype: results in them are not narrowed.
+  c10::SmallVector<c10::ScalarType, 0> requested_types_;
 };
 
 } // namespace vdev

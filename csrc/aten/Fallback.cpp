@@ -65,7 +65,8 @@ bool is_index_list(const c10::Argument& argument) {
 }
 
 bool is_dtype(const c10::Argument& argument) {
-  const auto& type = argument.type();
+  // The real type: a schema's type() of a ScalarType is int.
+  const auto& type = argument.real_type();
   const auto& named = type->kind() == c10::TypeKind::OptionalType ? type->containedType(0) : type;
   return named->kind() == c10::TypeKind::ScalarTypeType;
 }
@@ -212,6 +213,8 @@ void run_with_facts(
       }
     } else if (value.isDevice()) {
       call.note_device(value.toDevice());
+    } else if (facts.dtype[i] && value.isInt()) {
+      call.note_dtype_argument(static_cast<c10::ScalarType>(value.toInt()));
     }
   }
   const c10::DeviceIndex device = call.device();

@@ -528,6 +528,12 @@ bool launch_op(const c10::OperatorHandle& op, const OperatorFacts& facts, torch:
     if (value.isTensor() && !launchable_argument(value.toTensor(), facts.accelerator_dtypes)) {
       return false;
     }
+    // An accelerator dtype argument (prod of float32 into complex32) widens the call.
+    if (facts.dtype[i] && value.isInt() && facts.accelerator_dtypes != nullptr &&
+        facts.accelerator_dtypes->compute_type(static_cast<c10::ScalarType>(value.toInt())) !=
+            c10::ScalarType::Undefined) {
+      return false;
+    }
     // A written tensor whose elements share memory (expanded) is refused by most CPU
     // kernels, which CUDA's refuse on the host; not every meta kernel checks it
     // (linspace's out=). On the calling thread the CPU kernel raises at the call.
