@@ -1,10 +1,11 @@
 """The ops models use that have no ATen C++ meta kernel (relu, where, index_select,
-embedding backward, layer and batch norm, convolution and their backward, dropout's
+index_put_ and indexing's backward (`_index_put_impl_`), embedding backward, layer and batch norm, convolution and their backward, dropout's
 backward, the CPU's flash attention and its backward; the foreach sqrt/pow optimizers
 call) are launched on the stream like every other op: their
 results equal the CPU's, the host returns while a `torch.vdev._sleep` kernel still holds
 the stream, bad arguments raise at the call, and the training steps of
-benchmarks/models.py run without an op on the calling thread."""
+benchmarks/models.py run without an op on the calling thread (the mixture-of-experts step
+with only its data-dependent ones)."""
 
 import os
 import sys
@@ -102,6 +103,54 @@ CASES = {
     "dropout_backward_bfloat16": (
         lambda g, m: torch.ops.aten.native_dropout_backward(g, m, 1 / 0.7),
         [*_inputs((6, 9), dtype=torch.bfloat16), torch.rand(6, 9, generator=torch.Generator().manual_seed(2)) > 0.3],
+    ),
+    # _index_put_impl_: index_put_, `tensor[idx] = v` and indexing's backward. Values that
+    # a bool mask indexes are detached: their gradient (grad[mask]) depends on data.
+    "index_put": (lambda x, i, v: x.clone().index_put_((i,), v), [*_inputs((6, 4)), torch.tensor([4, 0, 2]), *_inputs((3, 4))]),
+    "index_put_int32_broadcast_values": (
+        lambda x, i, v: x.clone().index_put_((i,), v), [*_inputs((6, 4)), torch.tensor([5, 1], dtype=torch.int32), *_inputs((4,))]
+    ),
+    "index_put_two_indices_broadcast": (
+        lambda x, i, j, v: x.clone().index_put_((i[:, None], j[None, :]), v),
+        [*_inputs((5, 6, 3)), torch.tensor([0, 4]), torch.tensor([1, 5, 2]), *_inputs((3,))],
+    ),
+    "index_put_non_adjacent_indices": (
+        lambda x, i, j, v: torch.ops.aten.index_put_(x.clone(), [i, None, j], v),
+        [*_inputs((4, 5, 6)), torch.tensor([3, 0]), torch.tensor([-1, 2]), *_inputs((2, 5))],
+    ),
+    "index_put_accumulate_duplicates": (
+        lambda x, i, v: x.clone().index_put_((i,), v, accumulate=True),
+        [*_inputs((6, 4)), torch.tensor([1, 1, 3, 1]), *_inputs((4, 4))],
+    ),
+    "index_put_negative_indices": (
+        lambda x, i, v: x.clone().index_put_((i,), v), [*_inputs((6, 4)), torch.tensor([-1, -6, 2]), *_inputs((3, 4))]
+    ),
+    "index_put_non_contiguous_self": (
+        lambda x, i, v: x.clone()[:, ::2].index_put_((i,), v), [*_inputs((6, 8)), torch.tensor([5, 0]), *_inputs((2, 4))]
+    ),
+    "index_put_transposed_self_accumulate": (
+        lambda x, i, v: x.clone().t().index_put_((i,), v, accumulate=True),
+        [*_inputs((4, 6)), torch.tensor([2, 2, 0]), *_inputs((3, 4))],
+    ),
+    "index_put_bool_mask_rows": (
+        lambda x, m, v: x.clone().index_put_((m,), v.detach()), [*_inputs((6, 4)), torch.tensor([1, 0, 1, 1, 0, 1]).bool(), *_inputs((4,))]
+    ),
+    "index_put_bool_mask_fill": (
+        lambda x, v: x.clone().index_put_((x.detach() > 0,), v.detach()), _inputs((6, 4), ())
+    ),
+    "index_put_bool_mask_accumulate": (
+        lambda x, v: x.clone().index_put_((x.detach() > 0,), v.detach(), accumulate=True), _inputs((6, 4), ())
+    ),
+    "index_put_2d_mask_of_3d": (
+        lambda x, v: x.clone().index_put_((x.detach()[..., 0] > 0,), v.detach()), _inputs((3, 4, 5), (5,))
+    ),
+    "index_put_mask_after_a_slice": (
+        lambda x, m, v: torch.ops.aten.index_put_(x.clone(), [None, m], v.detach()),
+        [*_inputs((3, 4)), torch.tensor([0, 1, 1, 0]).bool(), *_inputs((3, 1))],
+    ),
+    "index_backward": (lambda x, i: x[i] * 2, [*_inputs((6, 4)), torch.tensor([[1, 5], [1, 0]])]),
+    "index_backward_two_indices": (
+        lambda x, i, j: x[i, :, j], [*_inputs((4, 3, 5)), torch.tensor([0, 3, 3]), torch.tensor([4, 4, 1])]
     ),
     "foreach_sqrt": (lambda x, y: torch._foreach_sqrt([x.exp(), y.exp()]), _inputs((5,), (3, 2))),
     "foreach_pow_scalar_and_tensor": (lambda x, y: torch._foreach_pow(0.9, [x, y]), _inputs((5,), (3, 2))),
@@ -223,6 +272,73 @@ def test_an_index_out_of_range_raises_at_the_next_synchronization():
     with pytest.raises(RuntimeError, match="index_select"):
         torch.vdev.synchronize()
     assert torch.ones(2, device="vdev").sum().item() == 2
+
+
+# Each: arguments of index_put_ on a device (self, indices, values, accumulate).
+INDEX_PUT_ERRORS = {
+    "too_many_indices": lambda d: (torch.zeros(3, device=d), (torch.tensor([0], device=d),) * 2, torch.ones(1, device=d)),
+    "float_index": lambda d: (torch.zeros(3, device=d), (torch.ones(1, device=d),), torch.ones(1, device=d)),
+    "mask_shape": lambda d: (
+        torch.zeros(3, 2, device=d), (torch.ones(4, dtype=torch.bool, device=d),), torch.ones(2, device=d)
+    ),
+    "indices_do_not_broadcast": lambda d: (
+        torch.zeros(4, 4, device=d), (torch.tensor([0, 1], device=d), torch.tensor([0, 1, 2], device=d)), torch.ones(1, device=d)
+    ),
+    "values_do_not_broadcast": lambda d: (
+        torch.zeros(4, 3, device=d), (torch.tensor([0, 1], device=d),), torch.ones(3, 3, device=d)
+    ),
+    "values_dtype": lambda d: (
+        torch.zeros(4, 3, device=d), (torch.tensor([0, 1], device=d),), torch.ones(2, 3, dtype=torch.float64, device=d)
+    ),
+    # The count a mask selects decides; vdev waits for it on the calling thread as CUDA does.
+    "values_do_not_match_the_mask_count": lambda d: (
+        torch.zeros(4, 3, device=d), (torch.tensor([True, False, True, True], device=d),), torch.ones(2, 3, device=d)
+    ),
+    "index_into_an_empty_dimension": lambda d: (
+        torch.zeros(0, 3, device=d), (torch.tensor([0], device=d),), torch.ones(3, device=d)
+    ),
+}
+
+
+@pytest.mark.parametrize("case", INDEX_PUT_ERRORS)
+@pytest.mark.parametrize("accumulate", [False, True], ids=["", "accumulate"])
+def test_index_put_bad_arguments_raise_at_the_call_as_on_cpu(case, accumulate):
+    self, indices, values = INDEX_PUT_ERRORS[case]("cpu")
+    with pytest.raises(Exception) as expected:
+        self.index_put_(indices, values, accumulate)
+    self, indices, values = INDEX_PUT_ERRORS[case]("vdev")
+    torch.vdev.synchronize()
+    torch.vdev._sleep(BUSY_MS)
+    with pytest.raises(expected.type) as raised:
+        self.index_put_(indices, values, accumulate)
+    assert str(raised.value) == str(expected.value)
+    torch.vdev.synchronize()
+    assert torch.ones(2, device="vdev").sum().item() == 2
+
+
+@pytest.mark.parametrize("accumulate", [False, True], ids=["", "accumulate"])
+def test_an_index_put_index_out_of_range_raises_at_the_next_synchronization(accumulate):
+    x = torch.zeros(4, 3, device="vdev")
+    index, values = torch.tensor([0, 7], device="vdev"), torch.ones(2, 3, device="vdev")
+    torch.vdev.synchronize()
+    torch.vdev._sleep(BUSY_MS)
+    x.index_put_((index,), values, accumulate)
+    assert not torch.vdev.current_stream().query()  # queued behind the sleep
+    with pytest.raises(RuntimeError, match="index 7 is out of bounds for dimension 0 with size 4"):
+        torch.vdev.synchronize()
+    assert torch.ones(2, device="vdev").sum().item() == 2
+
+
+def test_the_mixture_of_experts_step_waits_only_for_its_data():
+    step = models.moe_step("vdev")
+    step()
+    torch.vdev.synchronize()
+    torch_vdev.reset_synchronizing_op_stats()
+    step()
+    torch.vdev.synchronize()
+    # Per expert a `load[expert] == 0` (.item()) and torch.where's nonzero, and histc of
+    # integers (no C++ kernel vdev launches); indexing's backward launches.
+    assert set(torch_vdev.synchronizing_op_stats()) <= {"aten::_local_scalar_dense", "aten::nonzero", "aten::histc"}
 
 
 @pytest.mark.parametrize("make", [F.conv2d, F.layer_norm, F.batch_norm], ids=["conv2d", "layer_norm", "batch_norm"])

@@ -1,6 +1,6 @@
 // Launches for the ops models use that have no ATen C++ meta kernel (relu, where,
-// abs, logical_and, index_select, layer and batch norm, convolution, embedding backward, dropout's
-// backward, the CPU's flash attention and its backward). vdev's own meta
+// abs, logical_and, index_select, index_put's _index_put_impl_, layer and batch norm, convolution,
+// embedding backward, dropout's backward, the CPU's flash attention and its backward). vdev's own meta
 // functions size their outputs on the host and check what the CPU kernel checks, so bad
 // arguments raise at the call; an argument they are not sure of raises here too, and the
 // op then runs on the calling thread, where the CPU kernel decides. Where the op has no
@@ -13,6 +13,8 @@
 
 #include <ATen/EmptyTensor.h>
 #include <ATen/TensorIterator.h>
+#include <ATen/ExpandUtils.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/TensorUtils.h>
 #include <ATen/native/ConvUtils.h>
 #include <ATen/ops/result_type_native.h>
@@ -33,6 +35,7 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/abs_ops.h>
+#include <ATen/ops/_index_put_impl_ops.h>
 #include <ATen/ops/index_select_ops.h>
 #include <ATen/ops/logical_and_ops.h>
 #include <ATen/ops/mul_meta_dispatch.h>
@@ -168,6 +171,109 @@ at::Tensor index_select_meta(const at::Tensor& self, int64_t dim, const at::Tens
     sizes[c10::maybe_wrap_dim(dim, self.dim())] = count;
   }
   return empty_meta(sizes, self.scalar_type());
+}
+
+// --- _index_put_impl_(self, indices, values, accumulate, unsafe): in place, and the
+// op's own CPU kernel writes self. Its sizes are self's; what the meta function decides
+// is whether the CPU kernel accepts the arguments whatever the data, as ATen's checks
+// them (too many indices, index dtypes, a mask's sizes, indices that do not broadcast,
+// values that do not broadcast to the indexed result or differ in dtype). Anything it
+// raises leaves the op to the calling thread, where the CPU kernel raises its own error
+// or decides. A bool mask stays a mask: the kernel turns it into indices (nonzero) on
+// the stream, so the host reads no data.
+
+// The dims of self that the indices select, with a mask's dims each standing for one,
+// and the sizes the index tensors broadcast to (a mask's count of true elements taken
+// as 1: only values that broadcast over any count are taken).
+struct IndexedDims {
+  std::vector<int64_t> dims;
+  c10::DimVector broadcast;
+  bool mask = false;
+};
+
+IndexedDims indexed_dims(const at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices) {
+  IndexedDims indexed;
+  int64_t dim = 0;
+  int defined = 0;
+  for (const std::optional<at::Tensor>& index : indices) {
+    if (!index.has_value() || !index->defined()) {
+      ++dim;
+      continue;
+    }
+    ++defined;
+    const c10::ScalarType dtype = index->scalar_type();
+    if (dtype == at::kBool) {
+      // A 0-dim mask adds a dim; a uint8 mask warns: both stay on the calling thread.
+      TORCH_CHECK(
+          index->dim() > 0 && dim + index->dim() <= self.dim() &&
+              index->sizes() == self.sizes().slice(dim, index->dim()),
+          "_index_put_impl_: a mask vdev leaves to the calling thread");
+      for (int64_t j = 0; j < index->dim(); ++j) {
+        indexed.dims.push_back(dim++);
+      }
+      indexed.mask = true;
+      indexed.broadcast = at::infer_size_dimvector(indexed.broadcast, c10::IntArrayRef{1});
+    } else {
+      TORCH_CHECK(
+          dtype == at::kLong || dtype == at::kInt, "_index_put_impl_: index dtype vdev leaves to the calling thread");
+      indexed.dims.push_back(dim++);
+      indexed.broadcast = at::infer_size_dimvector(indexed.broadcast, index->sizes());
+    }
+  }
+  // With other indices, whether the mask's count broadcasts with them depends on data.
+  TORCH_CHECK(!indexed.mask || defined == 1, "_index_put_impl_: a mask with other indices");
+  return indexed;
+}
+
+// The sizes of the indexed result that values broadcast to, as ATen's AdvancedIndex
+// builds it: the broadcast index sizes in place of adjacent indexed dims, else in front.
+c10::DimVector index_put_result_sizes(const at::Tensor& self, const IndexedDims& indexed) {
+  const std::vector<int64_t>& dims = indexed.dims;
+  bool empty_dim = false;
+  for (int64_t dim : dims) {
+    empty_dim = empty_dim || self.size(dim) == 0;
+  }
+  // ATen's IndexError "index is out of bounds for dimension with size 0".
+  TORCH_CHECK(
+      !empty_dim || c10::multiply_integers(indexed.broadcast) == 0, "_index_put_impl_: indexing an empty dimension");
+  const bool adjacent = dims.back() - dims.front() + 1 == static_cast<int64_t>(dims.size());
+  c10::DimVector sizes;
+  if (!adjacent) {
+    sizes.append(indexed.broadcast.begin(), indexed.broadcast.end());
+  }
+  for (int64_t dim = 0; dim < self.dim(); ++dim) {
+    if (adjacent && dim == dims.front()) {
+      sizes.append(indexed.broadcast.begin(), indexed.broadcast.end());
+    }
+    if (std::find(dims.begin(), dims.end(), dim) == dims.end()) {
+      sizes.push_back(self.size(dim));
+    }
+  }
+  return sizes;
+}
+
+at::Tensor& index_put_impl_meta(
+    at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices, const at::Tensor& values, bool accumulate,
+    bool /*unsafe*/) {
+  TORCH_CHECK(indices.size() <= static_cast<size_t>(self.dim()), "_index_put_impl_: too many indices");
+  const IndexedDims indexed = indexed_dims(self, indices);
+  TORCH_CHECK(!indexed.dims.empty(), "_index_put_impl_: no index tensor");
+  // The CPU kernel fills a single mask with a one-element value as masked_fill_ does (the
+  // value read on the stream, in self's dtype).
+  if (indexed.mask && !accumulate && values.numel() == 1) {
+    return self;
+  }
+  at::assert_no_overlap(self, values);
+  for (const std::optional<at::Tensor>& index : indices) {
+    if (index.has_value() && index->defined()) {
+      at::assert_no_overlap(self, *index);
+    }
+  }
+  TORCH_CHECK(
+      values.scalar_type() == self.scalar_type() &&
+          at::is_expandable_to(values.sizes(), index_put_result_sizes(self, indexed)),
+      "_index_put_impl_: values vdev leaves to the calling thread");
+  return self;
 }
 
 // --- embedding_dense_backward: its CPU kernel accumulates into zeros it allocates.
@@ -654,6 +760,7 @@ LaunchTable make_launch_table() {
   add_launch<ops::where_self, where_meta>(table);
   add_launch<ops::where_self_out, where_out_meta>(table);
   add_launch<ops::index_select, index_select_meta>(table);
+  add_launch<ops::_index_put_impl_, index_put_impl_meta>(table);
   add_launch<ops::abs, abs_meta>(table);
   add_launch<ops::logical_and, logical_and_meta>(table);
   add_launch<ops::embedding_dense_backward, embedding_dense_backward_meta, embedding_dense_backward_cpu>(table);
