@@ -26,6 +26,10 @@ LINSPACE_INTEGER_ROUNDING = (
 UINT8_UPSAMPLING_REFUSED_AS_ON_CUDA = (
     "the OpInfo claims uint8 on the CPU, not on CUDA, whose bilinear/bicubic kernels refuse it as vdev's do "
     "(tests/test_cuda_semantics.py); every other dtype matches the CPU's and CUDA's claims")
+# test_dtypes of the max pooling ops whose integer input vdev refuses as CUDA's kernels do (claimed on the CPU only).
+INTEGER_MAX_POOLING_REFUSED_AS_ON_CUDA = (
+    "the OpInfo claims integers on the CPU, not on CUDA, whose max_pool2d/3d_with_indices kernels refuse them as "
+    "vdev's do (tests/test_accelerator_dtypes.py); every other dtype matches the CPU's and CUDA's claims")
 # test_dtypes of CUDA's fused attention ops, which the OpInfos give bfloat16 on SM80+ GPUs only.
 BFLOAT16_ATTENTION_AS_ON_SM80 = (
     "the OpInfo claims bfloat16 only on an SM80+ CUDA GPU (SM80OrLater, False without CUDA); vdev computes it "
@@ -111,6 +115,8 @@ TEST_EXCLUSIONS = {
         "test_dtypes_nn_functional_interpolate_bicubic": UINT8_UPSAMPLING_REFUSED_AS_ON_CUDA,
         "test_dtypes_nn_functional_upsample_bilinear": UINT8_UPSAMPLING_REFUSED_AS_ON_CUDA,
         "test_dtypes__upsample_bilinear2d_aa": UINT8_UPSAMPLING_REFUSED_AS_ON_CUDA,
+        "test_dtypes_nn_functional_max_pool2d": INTEGER_MAX_POOLING_REFUSED_AS_ON_CUDA,
+        "test_dtypes_nn_functional_max_pool3d": INTEGER_MAX_POOLING_REFUSED_AS_ON_CUDA,
         "test_dtypes__refs_fft_*": "torch._refs.fft allows float16 only on device types cuda, meta and xpu (_promote_type_fft's list), so on PrivateUse1 the Python ref refuses the float16 its OpInfo inherits from fft.*'s CUDA claim; the torch.fft ops themselves take float16 on vdev as on CUDA (test_dtypes_fft_*)",
         "test_dtypes_torch_ops_aten__flash_attention_forward": BFLOAT16_ATTENTION_AS_ON_SM80,
         "test_dtypes_torch_ops_aten__efficient_attention_forward": BFLOAT16_ATTENTION_AS_ON_SM80,
