@@ -129,6 +129,8 @@ DtypeSignature::DtypeSignature(const c10::OperatorHandle& op, c10::ArrayRef<c10:
       const c10::TypeKind kind = kind_of(schema.arguments()[i]);
       if (kind == c10::TypeKind::NumberType) {
         add(value.toScalar());
+      } else if (kind == c10::TypeKind::BoolType) {
+        add(value.toBool());
       } else if (kind == c10::TypeKind::ScalarTypeType && value.isInt()) {
         add(std::optional<c10::ScalarType>(static_cast<c10::ScalarType>(value.toInt())));
       }
@@ -184,13 +186,17 @@ void DtypeSignature::add(c10::string_view text) {
   key_.push_back('\0');
 }
 
+void DtypeSignature::add(bool flag) {
+  key_.push_back(flag ? 'T' : 'F');
+}
+
 void DtypeSignature::add(const at::Tensor& tensor) {
   if (!tensor.defined()) {
     key_.push_back('u');
     return;
   }
-  has_empty_tensor_ = has_empty_tensor_ || tensor.numel() == 0;
-  key_.push_back('t');
+  const int64_t numel = tensor.numel();
+  key_.push_back(numel == 0 ? '0' : numel == 1 ? '1' : 't');
   key_.push_back(static_cast<char>(tensor.scalar_type()));
   key_.push_back(static_cast<char>(tensor.device().type()));
 }
@@ -202,9 +208,6 @@ bool DtypeSignature::known_to_run() const {
 }
 
 void DtypeSignature::note_runs() const {
-  if (has_empty_tensor_) {
-    return;
-  }
   KnownSignatures& known = known_signatures();
   std::unique_lock<std::shared_mutex> lock(known.mutex);
   const std::string_view key(key_.data(), key_.size());
