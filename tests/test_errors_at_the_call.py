@@ -174,3 +174,13 @@ def test_a_one_element_launch_waits_once_per_signature():
         result = torch.bitwise_left_shift(values, values)
         assert torch.vdev.current_stream().query() == waits
     assert result.cpu().tolist() == torch.bitwise_left_shift(values.cpu(), values.cpu()).tolist()
+
+
+def test_an_op_whose_meta_kernel_refuses_still_runs_what_the_cpu_runs():
+    # Convolution's meta kernel refuses integers, which the CPU's kernel takes: the
+    # CPU kernel, run on the calling thread, decides (and is checked at the call only
+    # where it has no outputs to size, as arange's out=).
+    inputs, weight = torch.arange(12, dtype=torch.int64).view(1, 2, 6), torch.ones(3, 2, 2, dtype=torch.int64)
+    expected = torch.nn.functional.conv1d(inputs, weight)
+    result = torch.nn.functional.conv1d(inputs.to("vdev"), weight.to("vdev"))
+    assert torch.equal(result.cpu(), expected)

@@ -585,8 +585,11 @@ bool launch_op(const c10::OperatorHandle& op, const OperatorFacts& facts, torch:
     if (!computed.has_value()) {
       // The CPU kernel on the calling thread raises or decides; an error it raises
       // before reading data (arange's unsupported dtype) raises now, as CUDA's host
-      // checks do, not after waiting for the stream.
-      raise_metadata_errors(name, op, nullptr, arguments, {});
+      // checks do, not after waiting for the stream. (An op with fresh outputs has no
+      // sizes for them: its CPU kernel raises after the wait.)
+      if (plan.fresh_outputs == 0) {
+        raise_metadata_errors(name, *plan.cpu_op, plan.cpu_kernel, arguments, {});
+      }
       return false;
     }
   }
