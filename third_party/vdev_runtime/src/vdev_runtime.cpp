@@ -403,6 +403,8 @@ struct vdrtStream : std::enable_shared_from_this<vdrtStream> {
 
   void work_loop() {
     tls_is_worker = true;
+    // Named for profilers and /proc/<pid>/task/<tid>/comm (15 characters at most).
+    pthread_setname_np(pthread_self(), ("vdev_stream_" + std::to_string(device)).substr(0, 15).c_str());
     std::unique_lock<std::mutex> lock(mutex);
     for (;;) {
       if (queue.empty() && !stopping && worker_spin_ns > 0) {
