@@ -4,6 +4,7 @@
 
 #include "vdev_runtime.h"
 
+#include <pthread.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -750,6 +751,19 @@ TEST(sleeping_synchronizations_return_at_their_own_points) {
   second_gate.open = true;
   late.join();
   CHECK(late_returned);
+  CHECK_OK(vdrtStreamDestroy(stream));
+}
+
+TEST(stream_workers_are_named_for_their_device) {
+  vdrtStream_t stream = new_stream();
+  std::string name;
+  launch(stream, [&] {
+    char buffer[16] = {};
+    CHECK(pthread_getname_np(pthread_self(), buffer, sizeof(buffer)) == 0);
+    name = buffer;
+  });
+  CHECK_OK(vdrtStreamSynchronize(stream));
+  CHECK(name == "vdev_stream_0");
   CHECK_OK(vdrtStreamDestroy(stream));
 }
 
