@@ -1,5 +1,6 @@
 #include "aten/SupportedDtypes.h"
 
+#include "aten/DiscardingWarnings.h"
 #include "runtime/Launch.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -37,11 +38,6 @@ c10::TypeKind kind_of(const c10::Argument& argument) {
 // What an alias's refused data access raises: it ends the run refusing data.
 constexpr std::string_view kDataRefused = "vdev: a run refusing data accessed a tensor's data";
 
-class DiscardWarnings final : public c10::WarningHandler {
- public:
-  void process(const c10::Warning& /*warning*/) override {}
-};
-
 } // namespace
 
 at::Tensor DataRefusingAliases::alias(const at::Tensor& tensor) {
@@ -55,8 +51,7 @@ at::Tensor DataRefusingAliases::alias(const at::Tensor& tensor) {
 }
 
 void raise_metadata_errors(const char* op_name, c10::function_ref<void(DataRefusingAliases&)> kernel) {
-  DiscardWarnings discard;
-  c10::WarningUtils::WarningHandlerGuard discarding(&discard);
+  const DiscardingWarnings discarding;
   c10::impl::ExcludeDispatchKeyGuard as_launched(keys_handled_on_host());
   DataRefusingAliases aliases;
   try {

@@ -3,6 +3,7 @@
 // choice registered for PrivateUse1, ATen falls back to the unfused math path:
 // slower, and numerically different from the CPU.
 #include "aten/CpuKernel.h"
+#include "aten/DiscardingWarnings.h"
 
 #include <ATen/Context.h>
 #include <ATen/SDPBackend.h>
@@ -36,12 +37,6 @@ bool cudas_efficient_kernel_takes(const sdp::sdp_params& params) {
   return head_dim == params.key.size(-1) && head_dim > 0 && head_dim % alignment == 0 && value_dim > 0 &&
       value_dim % alignment == 0;
 }
-
-class DiscardWarnings final : public c10::WarningHandler {
- public:
-  void process(const c10::Warning& /*warning*/) override {}
-};
-DiscardWarnings discard_warnings;
 
 } // namespace
 
@@ -82,7 +77,7 @@ static int64_t fused_sdp_choice(
   // inputs the CPU's flash kernel does not take (or flash disabled) go to vdev's
   // memory-efficient kernel (FusedAttention.cpp), where the CPU finds no backend.
   try {
-    c10::WarningUtils::WarningHandlerGuard quiet(&discard_warnings);  // the CPU's reasons for refusing
+    const DiscardingWarnings quiet;  // the CPU's reasons for refusing
     return cpus_choice();
   } catch (const c10::Error&) {
     return static_cast<int64_t>(at::SDPBackend::efficient_attention);
