@@ -23,8 +23,7 @@ CommunicationStreams::~CommunicationStreams() {
   drain();
 }
 
-c10::Stream CommunicationStreams::ordered_stream(
-    c10::DeviceIndex device, const char* op_name, std::function<void()> prologue) {
+c10::Stream CommunicationStreams::stream_of(c10::DeviceIndex device) {
   const auto index = static_cast<size_t>(device);
   if (devices_.size() <= index) {
     devices_.resize(index + 1);
@@ -38,22 +37,34 @@ c10::Stream CommunicationStreams::ordered_stream(
     order_after(*last_, stream);
   }
   last_ = stream;
-  if (prologue) {
-    vdev::launch(stream, op_name, std::move(prologue));
-  }
-  const c10::Stream current = current_stream(device);
-  if (current != stream && !query_stream(current)) {
-    order_after(current, stream);
-  }
   return stream;
+}
+
+bool CommunicationStreams::inputs_pending(c10::DeviceIndex device, const c10::Stream& stream) {
+  const c10::Stream current = current_stream(device);
+  return current != stream && !query_stream(current);
 }
 
 c10::Stream CommunicationStreams::launch(
     c10::DeviceIndex device, const char* op_name, std::function<void()> prologue,
     std::function<void()> collective) {
   std::lock_guard<std::mutex> lock(mutex_);
-  const c10::Stream stream = ordered_stream(device, op_name, std::move(prologue));
-  vdev::launch(stream, op_name, std::move(collective));
+  const c10::Stream stream = stream_of(device);
+  if (inputs_pending(device, stream)) {
+    if (prologue) {
+      vdev::launch(stream, op_name, std::move(prologue));
+    }
+    order_after(current_stream(device), stream);
+    vdev::launch(stream, op_name, std::move(collective));
+  } else {
+    // Nothing to wait for between them: one kernel.
+    vdev::launch(stream, op_name, [prologue = std::move(prologue), collective = std::move(collective)] {
+      if (prologue) {
+        prologue();
+      }
+      collective();
+    });
+  }
   return stream;
 }
 
@@ -61,7 +72,10 @@ c10::Stream CommunicationStreams::launch_point_to_point(
     c10::DeviceIndex device, const char* op_name, std::function<void()> hand_to_transport,
     std::function<void()> complete) {
   std::lock_guard<std::mutex> lock(mutex_);
-  const c10::Stream stream = ordered_stream(device, op_name, nullptr);
+  const c10::Stream stream = stream_of(device);
+  if (inputs_pending(device, stream)) {
+    order_after(current_stream(device), stream);
+  }
   vdev::launch(stream, op_name, std::move(hand_to_transport));
   OfDevice& of_device = devices_[static_cast<size_t>(device)];
   if (!of_device.point_to_point) {

@@ -49,9 +49,10 @@ class CommunicationStreams {
  private:
   std::mutex mutex_;
   // The communication stream of `device` (made at first use), after the group's
-  // earlier collectives, then `prologue` (unless null), then a wait for the work queued
-  // so far on the current stream. Needs mutex_.
-  c10::Stream ordered_stream(c10::DeviceIndex device, const char* op_name, std::function<void()> prologue);
+  // earlier collectives. Needs mutex_.
+  c10::Stream stream_of(c10::DeviceIndex device);
+  // Whether `stream` must wait for work still queued on the current stream of `device`.
+  static bool inputs_pending(c10::DeviceIndex device, const c10::Stream& stream);
 
   // Per device index, once used: its communication stream, and the stream
   // point-to-point operations complete on.
