@@ -104,11 +104,14 @@ class CollectiveWork final : public c10d::Work {
  public:
   CollectiveWork(
       const char* op, c10d::OpType type, std::shared_ptr<CollectiveState> state,
-      std::vector<at::Tensor> results, const c10::Stream& stream, int rank)
+      std::vector<at::Tensor> results, const c10::Stream& stream, int rank,
+      std::shared_ptr<CallersOrdered> callers_ordered)
       : c10d::Work(rank, type),
         op_(op),
         state_(std::move(state)),
         results_(std::move(results)),
+        device_(stream.device_index()),
+        callers_ordered_(std::move(callers_ordered)),
         future_(c10::make_intrusive<c10::ivalue::Future>(
             c10::ListType::ofTensors(), std::vector<c10::Device>{stream.device()})) {
     c10::StreamGuard on_stream(stream);
@@ -149,7 +152,11 @@ class CollectiveWork final : public c10d::Work {
     return true;
   }
   void blockCurrentStream() override {
-    future_->wait();
+    if (callers_ordered_) {
+      callers_ordered_->wait_for_collective(device_, [this] { future_->wait(); });
+    } else {
+      future_->wait();
+    }
   }
   void abort() override {
     if (state_->finished() && state_->transport_work()) {
@@ -174,6 +181,10 @@ class CollectiveWork final : public c10d::Work {
   const char* op_;
   std::shared_ptr<CollectiveState> state_;
   std::vector<at::Tensor> results_;
+  const c10::DeviceIndex device_;
+  // The group's, for a collective (its communication stream runs the later ones after
+  // it); null for point-to-point operations, which complete on a stream of their own.
+  const std::shared_ptr<CallersOrdered> callers_ordered_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
@@ -436,7 +447,9 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::run(
           hand_to_gloo();
           complete();
         });
-  return c10::make_intrusive<CollectiveWork>(call.op, type, std::move(state), std::move(results), stream, rank_);
+  return c10::make_intrusive<CollectiveWork>(
+      call.op, type, std::move(state), std::move(results), stream, rank_,
+      call.point_to_point ? nullptr : streams_.callers_ordered());
 }
 
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::broadcast(

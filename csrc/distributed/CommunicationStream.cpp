@@ -40,9 +40,62 @@ c10::Stream CommunicationStreams::stream_of(c10::DeviceIndex device) {
   return stream;
 }
 
-bool CommunicationStreams::inputs_pending(c10::DeviceIndex device, const c10::Stream& stream) {
-  const c10::Stream current = current_stream(device);
-  return current != stream && !query_stream(current);
+bool CallersOrdered::covers(c10::DeviceIndex device, const c10::Stream& caller) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto index = static_cast<size_t>(device);
+  if (devices_.size() <= index || !devices_[index] || devices_[index]->caller != caller) {
+    return false;
+  }
+  return devices_[index]->count == queued_count(caller);
+}
+
+void CallersOrdered::set(c10::DeviceIndex device, const c10::Stream& caller, uint64_t count) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto index = static_cast<size_t>(device);
+  if (devices_.size() <= index) {
+    devices_.resize(index + 1);
+  }
+  devices_[index] = Covered{caller, count};
+}
+
+void CallersOrdered::wait_for_collective(
+    c10::DeviceIndex device, const std::function<void()>& queue_wait) {
+  const c10::Stream caller = current_stream(device);
+  const uint64_t before = queued_count(caller);
+  queue_wait();
+  const uint64_t after = queued_count(caller);
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto index = static_cast<size_t>(device);
+  // Covered before, and nothing but the wait queued since (by this or another thread).
+  if (after == before + 1 && index < devices_.size() && devices_[index] &&
+      devices_[index]->caller == caller && devices_[index]->count == before) {
+    devices_[index]->count = after;
+  }
+}
+
+std::optional<c10::Stream> CommunicationStreams::caller_to_wait_for(
+    c10::DeviceIndex device, const c10::Stream& stream) {
+  const c10::Stream caller = current_stream(device);
+  if (caller == stream || callers_ordered_->covers(device, caller)) {
+    return std::nullopt;
+  }
+  // Counted first: the work counted is complete if the stream is idle after.
+  const uint64_t queued = queued_count(caller);
+  if (query_stream(caller)) {
+    callers_ordered_->set(device, caller, queued);
+    return std::nullopt;
+  }
+  return caller;
+}
+
+void CommunicationStreams::wait_for_caller(
+    c10::DeviceIndex device, const c10::Stream& caller, const c10::Stream& stream) {
+  const uint64_t before = queued_count(caller);
+  order_after(caller, stream);
+  const uint64_t after = queued_count(caller);
+  // The event's record covers the work before it; anything another thread queued
+  // meanwhile may come after it.
+  callers_ordered_->set(device, caller, after == before + 1 ? after : before);
 }
 
 c10::Stream CommunicationStreams::launch(
@@ -50,11 +103,11 @@ c10::Stream CommunicationStreams::launch(
     std::function<void()> collective) {
   std::lock_guard<std::mutex> lock(mutex_);
   const c10::Stream stream = stream_of(device);
-  if (inputs_pending(device, stream)) {
+  if (const std::optional<c10::Stream> caller = caller_to_wait_for(device, stream)) {
     if (prologue) {
       vdev::launch(stream, op_name, std::move(prologue));
     }
-    order_after(current_stream(device), stream);
+    wait_for_caller(device, *caller, stream);
     vdev::launch(stream, op_name, std::move(collective));
   } else {
     // Nothing to wait for between them: one kernel.
@@ -73,8 +126,8 @@ c10::Stream CommunicationStreams::launch_point_to_point(
     std::function<void()> complete) {
   std::lock_guard<std::mutex> lock(mutex_);
   const c10::Stream stream = stream_of(device);
-  if (inputs_pending(device, stream)) {
-    order_after(current_stream(device), stream);
+  if (const std::optional<c10::Stream> caller = caller_to_wait_for(device, stream)) {
+    wait_for_caller(device, *caller, stream);
   }
   vdev::launch(stream, op_name, std::move(hand_to_transport));
   OfDevice& of_device = devices_[static_cast<size_t>(device)];

@@ -2,7 +2,9 @@
 
 #include <c10/core/Stream.h>
 
+#include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <vector>
@@ -17,6 +19,32 @@ namespace vdev {
 // launch. They run one at a time, in call order, also across devices: gloo matches the
 // ranks' messages by the order of the calls on its group, and the ranks compare their
 // calls in that order (CallAgreement.h).
+// The work of the callers' streams each device's next collective already runs after,
+// so its communication stream need not wait for them again: back-to-back collectives
+// with Work.wait() between them leave the caller's stream nothing but its wait for the
+// last collective, which the communication stream runs after anyway. Shared with the
+// works, which may outlive their group.
+class CallersOrdered {
+ public:
+  // Whether the work queued so far on `caller` runs before `device`'s next collective.
+  bool covers(c10::DeviceIndex device, const c10::Stream& caller);
+  // The work queued on `caller` up to its `queued_count` of `count` runs before
+  // `device`'s next collective.
+  void set(c10::DeviceIndex device, const c10::Stream& caller, uint64_t count);
+  // Makes the current stream of `device` wait for a collective of the group:
+  // `queue_wait` queues the wait. A wait is all the caller's stream may add and stay
+  // covered: the collectives after it run after the one it waits for.
+  void wait_for_collective(c10::DeviceIndex device, const std::function<void()>& queue_wait);
+
+ private:
+  struct Covered {
+    c10::Stream caller;
+    uint64_t count;
+  };
+  std::mutex mutex_;
+  std::vector<std::optional<Covered>> devices_;
+};
+
 class CommunicationStreams {
  public:
   CommunicationStreams() = default;
@@ -45,14 +73,21 @@ class CommunicationStreams {
       std::function<void()> complete);
   // Blocks until the collectives queued so far ran.
   void drain();
+  const std::shared_ptr<CallersOrdered>& callers_ordered() const {
+    return callers_ordered_;
+  }
 
  private:
   std::mutex mutex_;
   // The communication stream of `device` (made at first use), after the group's
   // earlier collectives. Needs mutex_.
   c10::Stream stream_of(c10::DeviceIndex device);
-  // Whether `stream` must wait for work still queued on the current stream of `device`.
-  static bool inputs_pending(c10::DeviceIndex device, const c10::Stream& stream);
+  // The current stream of `device` if `stream` must wait for work queued on it: not
+  // if it is `stream`, nor if its work is complete or already runs before `stream`'s
+  // next collective.
+  std::optional<c10::Stream> caller_to_wait_for(c10::DeviceIndex device, const c10::Stream& stream);
+  // Queues `stream`'s wait for the work queued so far on `caller`.
+  void wait_for_caller(c10::DeviceIndex device, const c10::Stream& caller, const c10::Stream& stream);
 
   // Per device index, once used: its communication stream, and the stream
   // point-to-point operations complete on.
@@ -63,6 +98,7 @@ class CommunicationStreams {
   std::vector<OfDevice> devices_;
   // The stream of the last collective.
   std::optional<c10::Stream> last_;
+  std::shared_ptr<CallersOrdered> callers_ordered_ = std::make_shared<CallersOrdered>();
 };
 
 } // namespace vdev

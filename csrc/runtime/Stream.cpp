@@ -211,6 +211,12 @@ bool query_stream(const c10::Stream& stream) {
   return true;
 }
 
+uint64_t queued_count(const c10::Stream& stream) {
+  unsigned long long count = 0;
+  check_runtime(vdrtStreamGetQueuedCount(runtime_stream(stream), &count), "vdrtStreamGetQueuedCount");
+  return count;
+}
+
 void synchronize_current_stream(c10::DeviceIndex device, const char* op_name) {
   const c10::StreamId id = current_stream_id(device);
   StreamProgress& progress = progress_at(device, id);

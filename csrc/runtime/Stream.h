@@ -59,6 +59,10 @@ VDEV_API bool is_stream_capturing(const c10::Stream& stream);
 VDEV_API void synchronize_stream(const c10::Stream& stream);
 // True if the stream's work is complete.
 VDEV_API bool query_stream(const c10::Stream& stream);
+// How many work items were queued on `stream` so far (kernels, copies, event records
+// and waits; not those run at the call under launch blocking, which are complete by
+// then). Equal counts mean nothing was queued in between.
+uint64_t queued_count(const c10::Stream& stream);
 // synchronize_stream(current_stream(device)) for the device of an existing tensor:
 // what an op that runs on the calling thread calls first. `op_name` names the op in
 // the error raised if the stream is capturing a graph.

@@ -138,6 +138,11 @@ vdrtError_t vdrtStreamSynchronize(vdrtStream_t stream);
 /* Blocks until the work queued before the call completes, as vdrtStreamSynchronize,
  * but leaves a launch failure on the stream for its next synchronization. */
 vdrtError_t vdrtStreamWaitQueued(vdrtStream_t stream);
+/* How many work items (launches, copies, memsets, event records and waits) were
+ * queued on the stream for its worker so far. Work run at the call (launch blocking)
+ * is complete when the call returns and is not counted, nor are captured launches.
+ * Two equal counts mean the stream got no new work in between. */
+vdrtError_t vdrtStreamGetQueuedCount(vdrtStream_t stream, unsigned long long* count);
 
 /* ---- work on streams ---- */
 

@@ -1256,6 +1256,15 @@ vdrtError_t vdrtStreamWaitQueued(vdrtStream_t stream) {
   return vdrtSuccess;
 }
 
+vdrtError_t vdrtStreamGetQueuedCount(vdrtStream_t stream, unsigned long long* count) {
+  VDRT_CHECK_STREAM(stream, "vdrtStreamGetQueuedCount");
+  if (count == nullptr) {
+    return invalid("vdrtStreamGetQueuedCount", "null pointer");
+  }
+  *count = stream->submitted.load(std::memory_order_acquire);
+  return vdrtSuccess;
+}
+
 vdrtError_t vdrtLaunchHostFunc(vdrtStream_t stream, vdrtHostFn fn, void* user_data) {
   VDRT_CHECK_STREAM(stream, "vdrtLaunchHostFunc");
   if (fn == nullptr) {

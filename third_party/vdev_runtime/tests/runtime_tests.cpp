@@ -290,6 +290,37 @@ TEST(async_copies_are_queued_in_stream_order) {
   CHECK_OK(vdrtStreamDestroy(stream));
 }
 
+TEST(queued_count_counts_the_work_queued_for_the_worker) {
+  vdrtStream_t stream = new_stream();
+  vdrtStream_t other = new_stream();
+  unsigned long long count = 1;
+  CHECK_OK(vdrtStreamGetQueuedCount(stream, &count));
+  CHECK(count == 0);
+  void* device = nullptr;
+  CHECK_OK(vdrtMalloc(0, &device, 64));
+  Gate gate;
+  CHECK_OK(vdrtLaunchHostFunc(stream, &Gate::wait, &gate));
+  CHECK_OK(vdrtMemsetAsync(device, 0, 64, stream));
+  vdrtEvent_t event = nullptr;
+  CHECK_OK(vdrtEventCreate(&event, vdrtEventDefault));
+  CHECK_OK(vdrtEventRecord(event, other));
+  CHECK_OK(vdrtStreamWaitEvent(stream, event));
+  CHECK_OK(vdrtStreamGetQueuedCount(stream, &count));
+  CHECK(count == 3);  // counted when queued, before the gate lets them run
+  gate.open = true;
+  CHECK_OK(vdrtStreamSynchronize(stream));
+  CHECK_OK(vdrtStreamQuery(stream));
+  CHECK_OK(vdrtStreamGetQueuedCount(stream, &count));
+  CHECK(count == 3);  // synchronizing and querying queue nothing
+  CHECK_OK(vdrtStreamGetQueuedCount(other, &count));
+  CHECK(count == 1);
+  CHECK(vdrtStreamGetQueuedCount(stream, nullptr) == vdrtErrorInvalidValue);
+  CHECK_OK(vdrtEventDestroy(event));
+  CHECK_OK(vdrtFree(device));
+  CHECK_OK(vdrtStreamDestroy(stream));
+  CHECK_OK(vdrtStreamDestroy(other));
+}
+
 TEST(free_waits_for_queued_work) {
   vdrtStream_t stream = new_stream();
   void* device = nullptr;
