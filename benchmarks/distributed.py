@@ -4,7 +4,7 @@
     python benchmarks/distributed.py --quick         # fewer rounds (about 40 s)
     python benchmarks/distributed.py --instructions  # + instruction counts (callgrind; +13 min at load 11)
     python benchmarks/distributed.py --call-check    # only the cost of comparing the ranks' calls
-    python benchmarks/distributed.py --switches      # DDP step: CPU time and thread sleeps per step
+    python benchmarks/distributed.py --switches      # CPU time and thread sleeps per call
 
 Both processes join one "cpu:gloo,vdev:vccl" group, so each case runs the same
 collective on CPU tensors (gloo) and on vdev tensors (vccl, gloo over aliases of
@@ -23,10 +23,11 @@ the shared-memory board, in a group that compares them over gloo (as between hos
 VDEV_VCCL_SHARED_MEMORY=0), and on CPU tensors with gloo, interleaved; wall and
 process CPU time (all threads) per call, rank 0.
 
-`--switches` counts, for the DDP step, what the shared machine's load barely moves:
-process CPU time per step and each thread's voluntary context switches (its sleeps,
-from /proc/self/task, summed by thread name) per step, rank 0, both sides
-interleaved. A hand-off between threads on a step's critical path shows up as a sleep.
+`--switches` counts, for back-to-back 1 KB all_reduces and the DDP step, what the
+shared machine's load barely moves: process CPU time per call (a step is one call)
+and each thread's voluntary context switches (its sleeps, from /proc/self/task,
+summed by thread name) per call, rank 0, both sides interleaved. A hand-off between
+threads on a call's critical path shows up as a sleep.
 
 `--instructions` separates what vccl adds from noise: it counts the instructions of
 one all_reduce call (Python, c10d's dispatch, the backend, gloo's work and its
@@ -183,27 +184,31 @@ def thread_sleeps():
     return sleeps
 
 
+# name, make(device) -> call, calls per batch: the cases --switches counts
+SWITCHES_CASES = [("all_reduce 1 KB", all_reduce_case(KB), 200), ("DDP step", ddp_step_case, 20)]
+
+
 def switches_worker(rank, world_size, port, rounds, results):
     device = join_group(rank, world_size, port)
     devices = {"vdev": device, "cpu": torch.device("cpu")}
-    steps = {side: ddp_step_case(devices[side]) for side in devices}
-    number = 20
-    cpu_time = {side: 0.0 for side in devices}
-    sleeps = {side: {} for side in devices}
-    for side in devices:
-        time_batch(steps[side], 3, devices[side])  # warm up
-    for round_ in range(rounds):
-        for side in (["vdev", "cpu"] if round_ % 2 == 0 else ["cpu", "vdev"]):
-            dist.barrier()
-            before = thread_sleeps()
-            cpu_time[side] += time_batch(steps[side], number, devices[side])[1]
-            for thread, (name, count) in thread_sleeps().items():
-                added = count - before.get(thread, (name, 0))[1]
-                sleeps[side][name] = sleeps[side].get(name, 0) + added
-    if rank == 0:
+    for case, make, number in SWITCHES_CASES:
+        calls = {side: make(devices[side]) for side in devices}
+        cpu_time = {side: 0.0 for side in devices}
+        sleeps = {side: {} for side in devices}
         for side in devices:
-            per_step = {name: count / (rounds * number) for name, count in sleeps[side].items() if count}
-            results.put((side, cpu_time[side] / rounds, per_step))
+            time_batch(calls[side], 3, devices[side])  # warm up
+        for round_ in range(rounds):
+            for side in (["vdev", "cpu"] if round_ % 2 == 0 else ["cpu", "vdev"]):
+                dist.barrier()
+                before = thread_sleeps()
+                cpu_time[side] += time_batch(calls[side], number, devices[side])[1]
+                for thread, (name, count) in thread_sleeps().items():
+                    added = count - before.get(thread, (name, 0))[1]
+                    sleeps[side][name] = sleeps[side].get(name, 0) + added
+        if rank == 0:
+            for side in devices:
+                per_call = {name: count / (rounds * number) for name, count in sleeps[side].items() if count}
+                results.put((case, side, cpu_time[side] / rounds, per_call))
     dist.destroy_process_group()
 
 
@@ -212,16 +217,18 @@ def print_switches(rounds, port):
     results = context.Queue()
     load_before = os.getloadavg()[0]
     mp.start_processes(switches_worker, args=(2, port, rounds, results), nprocs=2, start_method="spawn")
-    print(f"\nDDP step, {rounds} rounds of 20 steps; load average {load_before:.1f} before, "
+    print(f"\n{rounds} rounds per case; load average {load_before:.1f} before, "
           f"{os.getloadavg()[0]:.1f} after\n")
-    print("| side | CPU time per step | thread sleeps per step | by thread |\n|---|---|---|---|")
+    print("| case | side | CPU time per call | thread sleeps per call | by thread |\n|---|---|---|---|---|")
     cpu_times = {}
-    for _ in range(2):
-        side, cpu_time, per_step = results.get()
-        cpu_times[side] = cpu_time
-        by_thread = ", ".join(f"{name} {count:.1f}" for name, count in sorted(per_step.items(), key=lambda x: -x[1]))
-        print(f"| {side} | {cpu_time * 1e6:.0f} µs | {sum(per_step.values()):.1f} | {by_thread} |")
-    print(f"\nCPU time vdev / CPU: {cpu_times['vdev'] / cpu_times['cpu']:.3f}×")
+    for _ in range(2 * len(SWITCHES_CASES)):
+        case, side, cpu_time, per_call = results.get()
+        cpu_times[case, side] = cpu_time
+        by_thread = ", ".join(f"{name} {count:.2f}" for name, count in sorted(per_call.items(), key=lambda x: -x[1]))
+        print(f"| {case} | {side} | {cpu_time * 1e6:.0f} µs | {sum(per_call.values()):.2f} | {by_thread} |")
+    print()
+    for case, _, _ in SWITCHES_CASES:
+        print(f"{case}: CPU time vdev / CPU {cpu_times[case, 'vdev'] / cpu_times[case, 'cpu']:.3f}×")
 
 
 def print_call_check(rounds, port):
@@ -298,7 +305,7 @@ def main():
     parser.add_argument("--call-check", action="store_true",
                         help="only the cost of comparing the ranks' calls, in shared memory and over gloo")
     parser.add_argument("--switches", action="store_true",
-                        help="only the DDP step's CPU time and thread sleeps per step")
+                        help="only CPU time and thread sleeps per call (1 KB all_reduce, DDP step)")
     parser.add_argument("--port", type=int, default=29651)
     args = parser.parse_args()
     if args.switches:

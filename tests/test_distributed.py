@@ -367,6 +367,7 @@ class CollectiveTests:
         result."""
         total = sum(2.0 * (r + 1) for r in range(self.world_size))
         tensor = torch.full((4,), float(self.rank + 1), device=self.device)
+        tensor.clone().mul_(2)  # the first launch of its dtypes waits for its kernel: not behind the sleep
         torch.vdev._sleep(200)
         tensor.mul_(2)
         self.assertFalse(torch.vdev.current_stream().query())  # mul_ is still queued
@@ -385,6 +386,31 @@ class CollectiveTests:
         torch.vdev._sleep(100)
         result.copy_(gathered)  # queued behind the sleep, after the wait
         torch.testing.assert_close(result.cpu(), torch.arange(1.0, self.world_size + 1))
+
+    def test_collectives_after_waits_wait_for_kernels_queued_since(self):
+        """Back-to-back collectives with Work.wait() between them, the current stream
+        given kernels (queued behind a sleep) between a collective's call and its wait,
+        after the wait, or nothing: each collective communicates what the kernels queued
+        before its call wrote, as the same calls on CPU tensors with gloo."""
+
+        def run(device):
+            tensor = torch.full((8,), float(self.rank + 1), device=device)
+            for _ in range(3):
+                dist.all_reduce(tensor)  # each reduces the last one's result
+            between = torch.zeros(8, device=device)
+            work = dist.all_reduce(tensor, async_op=True)
+            if device != "cpu":
+                torch.vdev._sleep(200)
+            between.fill_(self.rank + 3.0)  # between the call and its wait
+            work.wait()
+            dist.all_reduce(between)
+            if device != "cpu":
+                torch.vdev._sleep(200)
+            tensor.add_(between)  # after the wait
+            dist.all_reduce(tensor)
+            return torch.cat([tensor, between]).cpu()
+
+        torch.testing.assert_close(run(self.device), run("cpu"), rtol=0, atol=0)
 
     def test_call_returns_before_its_stream_and_peers(self):
         """A collective's call returns at once, as NCCL's: before its stream ran the
