@@ -153,7 +153,15 @@ class CollectiveWork final : public c10d::Work {
   }
   void blockCurrentStream() override {
     if (callers_ordered_) {
-      callers_ordered_->wait_for_collective(device_, [this] { future_->wait(); });
+      callers_ordered_->wait_for_collective(device_, [this]() -> std::optional<uint64_t> {
+        future_->wait();
+        // Not finished after the wait, so its event had not completed at the wait, which
+        // queued the stream's wait for it and the event's check (wait_event).
+        if (state_->finished()) {
+          return std::nullopt;
+        }
+        return 2;
+      });
     } else {
       future_->wait();
     }

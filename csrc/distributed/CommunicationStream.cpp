@@ -59,15 +59,15 @@ void CallersOrdered::set(c10::DeviceIndex device, const c10::Stream& caller, uin
 }
 
 void CallersOrdered::wait_for_collective(
-    c10::DeviceIndex device, const std::function<void()>& queue_wait) {
+    c10::DeviceIndex device, const std::function<std::optional<uint64_t>()>& queue_wait) {
   const c10::Stream caller = current_stream(device);
   const uint64_t before = queued_count(caller);
-  queue_wait();
+  const std::optional<uint64_t> queued = queue_wait();
   const uint64_t after = queued_count(caller);
   std::lock_guard<std::mutex> lock(mutex_);
   const auto index = static_cast<size_t>(device);
   // Covered before, and nothing but the wait queued since (by this or another thread).
-  if (after == before + 1 && index < devices_.size() && devices_[index] &&
+  if (queued && after == before + *queued && index < devices_.size() && devices_[index] &&
       devices_[index]->caller == caller && devices_[index]->count == before) {
     devices_[index]->count = after;
   }

@@ -32,9 +32,11 @@ class CallersOrdered {
   // `device`'s next collective.
   void set(c10::DeviceIndex device, const c10::Stream& caller, uint64_t count);
   // Makes the current stream of `device` wait for a collective of the group:
-  // `queue_wait` queues the wait. A wait is all the caller's stream may add and stay
-  // covered: the collectives after it run after the one it waits for.
-  void wait_for_collective(c10::DeviceIndex device, const std::function<void()>& queue_wait);
+  // `queue_wait` queues the wait and returns how many work items it queued, if it
+  // knows. A wait is all the caller's stream may add and stay covered: the
+  // collectives after it run after the one it waits for.
+  void wait_for_collective(
+      c10::DeviceIndex device, const std::function<std::optional<uint64_t>()>& queue_wait);
 
  private:
   struct Covered {
