@@ -121,5 +121,6 @@ TEST_EXCLUSIONS = {
         "test_dtypes_torch_ops_aten__flash_attention_forward": BFLOAT16_ATTENTION_AS_ON_SM80,
         "test_dtypes_torch_ops_aten__efficient_attention_forward": BFLOAT16_ATTENTION_AS_ON_SM80,
         "test_out_randn_float32": "mirrors DecorateInfo(expectedFailure, 'TestCommon', 'test_out', device_type='cpu'): CPU's normal_ draws a noncontiguous out in another order than a contiguous one, and vdev draws the CPU generator's numbers by design (seeded results equal CPU's, tests/test_async_random.py)",
+        "test_python_ref_torch_fallback__refs_nn_functional_pdist_float32": "mirrors DecorateInfo(expectedFailure, 'TestCommon', 'test_python_ref_torch_fallback', float32, device_type='cpu'): the ref's composite is farther from the float64 result than CPU's _pdist_forward kernel, which vdev runs (1.9e-5 against 1.2e-6 on vdev, as the OpInfo comment records for the CPU); PyTorch expects it to pass on CUDA, whose kernel is another",
     },
 }
