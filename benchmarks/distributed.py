@@ -4,6 +4,7 @@
     python benchmarks/distributed.py --quick         # fewer rounds (about 40 s)
     python benchmarks/distributed.py --instructions  # + instruction counts (callgrind; +13 min at load 11)
     python benchmarks/distributed.py --call-check    # only the cost of comparing the ranks' calls
+    python benchmarks/distributed.py --switches      # DDP step: CPU time and thread sleeps per step
 
 Both processes join one "cpu:gloo,vdev:vccl" group, so each case runs the same
 collective on CPU tensors (gloo) and on vdev tensors (vccl, gloo over aliases of
@@ -21,6 +22,11 @@ one pair of processes, all_reduce on vdev tensors in a group that compares calls
 the shared-memory board, in a group that compares them over gloo (as between hosts,
 VDEV_VCCL_SHARED_MEMORY=0), and on CPU tensors with gloo, interleaved; wall and
 process CPU time (all threads) per call, rank 0.
+
+`--switches` counts, for the DDP step, what the shared machine's load barely moves:
+process CPU time per step and each thread's voluntary context switches (its sleeps,
+from /proc/self/task, summed by thread name) per step, rank 0, both sides
+interleaved. A hand-off between threads on a step's critical path shows up as a sleep.
 
 `--instructions` separates what vccl adds from noise: it counts the instructions of
 one all_reduce call (Python, c10d's dispatch, the backend, gloo's work and its
@@ -163,6 +169,61 @@ def call_check_worker(rank, world_size, port, rounds, results):
     dist.destroy_process_group()
 
 
+def thread_sleeps():
+    """Voluntary context switches so far of each thread of this process, by thread id:
+    (thread name, count)."""
+    sleeps = {}
+    for thread in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{thread}/status") as status:
+                fields = dict(line.split(":", 1) for line in status.read().splitlines())
+        except FileNotFoundError:  # the thread ended
+            continue
+        sleeps[thread] = (fields["Name"].strip(), int(fields["voluntary_ctxt_switches"]))
+    return sleeps
+
+
+def switches_worker(rank, world_size, port, rounds, results):
+    device = join_group(rank, world_size, port)
+    devices = {"vdev": device, "cpu": torch.device("cpu")}
+    steps = {side: ddp_step_case(devices[side]) for side in devices}
+    number = 20
+    cpu_time = {side: 0.0 for side in devices}
+    sleeps = {side: {} for side in devices}
+    for side in devices:
+        time_batch(steps[side], 3, devices[side])  # warm up
+    for round_ in range(rounds):
+        for side in (["vdev", "cpu"] if round_ % 2 == 0 else ["cpu", "vdev"]):
+            dist.barrier()
+            before = thread_sleeps()
+            cpu_time[side] += time_batch(steps[side], number, devices[side])[1]
+            for thread, (name, count) in thread_sleeps().items():
+                added = count - before.get(thread, (name, 0))[1]
+                sleeps[side][name] = sleeps[side].get(name, 0) + added
+    if rank == 0:
+        for side in devices:
+            per_step = {name: count / (rounds * number) for name, count in sleeps[side].items() if count}
+            results.put((side, cpu_time[side] / rounds, per_step))
+    dist.destroy_process_group()
+
+
+def print_switches(rounds, port):
+    context = mp.get_context("spawn")
+    results = context.Queue()
+    load_before = os.getloadavg()[0]
+    mp.start_processes(switches_worker, args=(2, port, rounds, results), nprocs=2, start_method="spawn")
+    print(f"\nDDP step, {rounds} rounds of 20 steps; load average {load_before:.1f} before, "
+          f"{os.getloadavg()[0]:.1f} after\n")
+    print("| side | CPU time per step | thread sleeps per step | by thread |\n|---|---|---|---|")
+    cpu_times = {}
+    for _ in range(2):
+        side, cpu_time, per_step = results.get()
+        cpu_times[side] = cpu_time
+        by_thread = ", ".join(f"{name} {count:.1f}" for name, count in sorted(per_step.items(), key=lambda x: -x[1]))
+        print(f"| {side} | {cpu_time * 1e6:.0f} µs | {sum(per_step.values()):.1f} | {by_thread} |")
+    print(f"\nCPU time vdev / CPU: {cpu_times['vdev'] / cpu_times['cpu']:.3f}×")
+
+
 def print_call_check(rounds, port):
     context = mp.get_context("spawn")
     results = context.Queue()
@@ -236,8 +297,13 @@ def main():
                         help="also count instructions per all_reduce with callgrind")
     parser.add_argument("--call-check", action="store_true",
                         help="only the cost of comparing the ranks' calls, in shared memory and over gloo")
+    parser.add_argument("--switches", action="store_true",
+                        help="only the DDP step's CPU time and thread sleeps per step")
     parser.add_argument("--port", type=int, default=29651)
     args = parser.parse_args()
+    if args.switches:
+        print_switches(5 if args.quick else 15, args.port)
+        return
     if args.call_check:
         print_call_check(15 if args.quick else 61, args.port)
         return

@@ -3,6 +3,7 @@
     python benchmarks/run.py            # full run (a few minutes)
     python benchmarks/run.py --quick    # fewer repeats
     python benchmarks/run.py -k add     # only the cases whose name contains "add"
+    python benchmarks/run.py --context-switches   # and each thread's sleeps and preemptions
 
 Each case builds the same work on vdev and on CPU, then times batches of calls,
 alternating vdev and CPU batches (and which goes first) so that both see the same
@@ -21,6 +22,7 @@ import os
 import platform
 import statistics
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from typing import Callable, Tuple
@@ -174,6 +176,56 @@ def check_path(case, vdev_call):
         )
 
 
+def thread_switches():
+    """{thread: (voluntary, involuntary)} context switches of this process's threads
+    since they started, threads keyed by (id, name); empty where /proc is missing."""
+    switches = {}
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return switches
+    for tid in tasks:
+        try:
+            with open(f"/proc/self/task/{tid}/status") as status:
+                fields = dict(line.split(":", 1) for line in status if ":" in line)
+        except OSError:
+            continue  # the thread ended
+        name = "calling thread" if int(tid) == threading.get_native_id() else fields["Name"].strip()
+        switches[(int(tid), name)] = (
+            int(fields["voluntary_ctxt_switches"]), int(fields["nonvoluntary_ctxt_switches"]))
+    return switches
+
+
+class SwitchCounter:
+    """Context switches per call of each thread (by name) over the batches it counts.
+    A voluntary switch is a sleep (a wait for another thread, a lock); an involuntary
+    one, losing the core to another thread. Counted by the kernel, so unlike times they
+    do not depend on the machine's load."""
+
+    def __init__(self):
+        self.calls = 0
+        self.totals = {}
+
+    def count(self, batch, number):
+        before = thread_switches()
+        result = batch()
+        after = thread_switches()
+        self.calls += number
+        for thread, (voluntary, involuntary) in after.items():
+            start = before.get(thread, (0, 0))
+            total = self.totals.setdefault(thread[1], [0, 0])
+            total[0] += voluntary - start[0]
+            total[1] += involuntary - start[1]
+        return result
+
+    def text(self):
+        return ", ".join(
+            f"{name} {voluntary / self.calls:.2f}/{involuntary / self.calls:.2f}"
+            for name, (voluntary, involuntary) in sorted(self.totals.items())
+            if voluntary or involuntary
+        ) or "none"
+
+
 def time_batch(call, number, finish=lambda: None):
     """Seconds per call over `number` back-to-back calls and `finish()` (garbage
     collection off, as timeit)."""
@@ -205,7 +257,7 @@ class Result:
     ratio: float
 
 
-def measure(case, repeats, batch_seconds):
+def measure(case, repeats, batch_seconds, switches=None):
     vdev_call, cpu_call = case.make("vdev"), case.make("cpu")
     check_path(case, vdev_call)
     for call in (vdev_call, cpu_call):  # warm caches (allocator, kernels, autograd)
@@ -215,12 +267,18 @@ def measure(case, repeats, batch_seconds):
     number = calls_per_batch(cpu_call, batch_seconds)
     vdev_times, cpu_times, ratios = [], [], []
     sync = torch.vdev.synchronize
+
+    def vdev_batch():
+        if switches is None:
+            return time_batch(vdev_call, number, sync)
+        return switches.count(lambda: time_batch(vdev_call, number, sync), number)
+
     for repeat in range(repeats):
         # Alternate which side goes first, so neither always follows the other.
         if repeat % 2 == 0:
-            vdev_time, cpu_time = time_batch(vdev_call, number, sync), time_batch(cpu_call, number)
+            vdev_time, cpu_time = vdev_batch(), time_batch(cpu_call, number)
         else:
-            cpu_time, vdev_time = time_batch(cpu_call, number), time_batch(vdev_call, number, sync)
+            cpu_time, vdev_time = time_batch(cpu_call, number), vdev_batch()
         vdev_times.append(vdev_time)
         cpu_times.append(cpu_time)
         ratios.append(vdev_time / cpu_time)
@@ -273,16 +331,21 @@ def main():
     parser.add_argument("--threads", type=int, default=1,
                         help="torch intra-op threads (default 1: steadier small-op timings)")
     parser.add_argument("-k", dest="keyword", default="", help="only cases whose name contains this")
+    parser.add_argument("--context-switches", action="store_true",
+                        help="also print each thread's voluntary/involuntary context switches per vdev call")
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
     repeats, batch_seconds = (7, 0.02) if args.quick else (31, 0.05)
     cases = [case for case in CASES if args.keyword.lower() in case.name.lower()]
     load_before = os.getloadavg()[0]
-    results = []
+    results, switch_lines = [], []
     for case in cases:
-        results.append(measure(case, repeats, batch_seconds))
+        switches = SwitchCounter() if args.context_switches else None
+        results.append(measure(case, repeats, batch_seconds, switches))
         print(f"measured {case.name}", file=sys.stderr, flush=True)
+        if switches is not None:
+            switch_lines.append(f"- {case.name}: {switches.text()}")
     load_after = os.getloadavg()[0]
 
     print(f"torch {torch.__version__}, torch_vdev {torch_vdev.__version__}, "
@@ -291,6 +354,9 @@ def main():
           f"VDEV_LAUNCH_BLOCKING={os.environ.get('VDEV_LAUNCH_BLOCKING', '0')}, "
           f"median of {repeats} interleaved batches of ≥ {batch_seconds * 1e3:.0f} ms\n")
     print(table(results))
+    if switch_lines:
+        print("\ncontext switches per vdev call, voluntary/involuntary, by thread:")
+        print("\n".join(switch_lines))
     missed = [result.case.name for result in results if result.ratio > LIMITS[result.case.kind]]
     if missed:
         print(f"\nmissed: {', '.join(missed)}")

@@ -270,3 +270,48 @@ def test_float64_attention_with_the_math_backend_disabled_raises_cudas_error():
             torch._fused_sdp_choice(query, query, query)
         with pytest.raises(RuntimeError, match="^No available kernel. Aborting execution."):
             torch.nn.functional.scaled_dot_product_attention(query, query, query)
+
+
+EFFICIENT_ONLY = [torch.nn.attention.SDPBackend.EFFICIENT_ATTENTION]
+
+
+@pytest.mark.parametrize("mask", ("none", "causal", "bool", "additive"))
+@pytest.mark.parametrize("dtype", (torch.float32, torch.float16, torch.bfloat16), ids=str)
+def test_attention_with_only_the_efficient_backend_runs_cudas_efficient_kernel(dtype, mask):
+    """As on CUDA, where the CPU finds no backend: outputs and gradients against the CPU's
+    math path in float32 (with an additive or boolean mask, or causal)."""
+    query, key, value = (make(2, 3, 5, 8, dtype=dtype, seed=seed) for seed in range(3))
+    value = make(2, 3, 7, 16, dtype=dtype, seed=5)  # its own head dimension and length,
+    key = make(2, 3, 7, 8, dtype=dtype, seed=6)  # which CPU's flash kernel refuses
+    attn_mask = {"none": None, "causal": None, "bool": make(5, 7, dtype=torch.float32, seed=7) > 0,
+                 "additive": make(2, 1, 5, 7, dtype=dtype, seed=8)}[mask]
+    inputs = [t.to(DEVICE).requires_grad_() for t in (query, key, value)]
+    cpu_inputs = [t.float().requires_grad_() for t in (query, key, value)]
+
+    def attention(q, k, v):
+        bias = None if attn_mask is None else attn_mask.to(q.device, q.dtype if attn_mask.is_floating_point() else None)
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias, is_causal=mask == "causal")
+
+    with torch.nn.attention.sdpa_kernel(EFFICIENT_ONLY):
+        assert BACKENDS[torch._fused_sdp_choice(*inputs)] == torch.nn.attention.SDPBackend.EFFICIENT_ATTENTION
+        with pytest.raises(RuntimeError, match="No viable backend"):
+            attention(*cpu_inputs)
+        with AttentionOps() as mode:
+            result = attention(*inputs)
+        assert "_scaled_dot_product_efficient_attention" in mode.ops
+        result.backward(torch.ones_like(result))
+    expected = attention(*cpu_inputs)
+    expected.backward(torch.ones_like(expected))
+    tolerance = {} if dtype == torch.float32 else {"atol": 3e-2, "rtol": 3e-2}
+    assert_close(result.cpu().float(), expected, **tolerance)
+    for got, want in zip(inputs, cpu_inputs):
+        assert_close(got.grad.cpu().float(), want.grad, **tolerance)
+
+
+def test_attention_with_only_the_efficient_backend_refuses_what_cudas_kernel_refuses():
+    # A head dimension not in whole 16-byte rows (6 float32 values), as CUDA's kernel
+    # refuses it; and float64, which it does not take.
+    for dtype, head_dim in ((torch.float32, 6), (torch.float64, 8)):
+        query = make(2, 3, 5, head_dim, dtype=dtype).to(DEVICE)
+        with torch.nn.attention.sdpa_kernel(EFFICIENT_ONLY), pytest.raises(RuntimeError):
+            torch.nn.functional.scaled_dot_product_attention(query, query, query)

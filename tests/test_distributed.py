@@ -447,19 +447,35 @@ class CollectiveTests:
             torch.testing.assert_close(got, want, rtol=0, atol=0)
 
     def test_mismatch_raises_where_waited_for(self):
-        """A mismatch found by the communication worker fails the work: its future
-        raises, as does a later Work.wait(); the group stays usable."""
+        """A mismatch found while communicating fails the work, as NCCL's asynchronous
+        errors: the future is complete at the call (as NCCL's), and a stream that waits
+        for it (the future's wait(), Work.wait()) raises the error at its next
+        synchronization; a Work.wait() once the work failed raises on the host. The
+        group stays usable."""
         work = dist.all_reduce(torch.ones(2 + self.rank, device=self.device), async_op=True)
         pattern = rf"{VCCL} all_reduce: the ranks' calls do not match \(their sizes differ\)"
-        with self.assertRaisesRegex(RuntimeError, pattern):
-            work.get_future().wait()
+        future = work.get_future()
+        self.assertTrue(future.done())
+        (value,) = future.wait()  # makes the current stream wait: the host goes on
+        self.assertEqual(value.device, self.device)
+        with self.assertRaisesRegex(RuntimeError, "Work.wait: " + pattern):
+            torch.vdev.current_stream().synchronize()
         self.assertTrue(work.is_completed())
         self.assertFalse(work.is_success())
         with self.assertRaisesRegex(RuntimeError, pattern):
             work.wait()
+        # Only the streams that waited for the failed collective get its error.
+        work = dist.all_reduce(torch.ones(2 + self.rank, device=self.device), async_op=True)
+        side = torch.vdev.Stream()
+        with torch.vdev.stream(side):
+            work.wait()
+        with self.assertRaisesRegex(RuntimeError, "Work.wait: " + pattern):
+            side.synchronize()
+        torch.vdev.current_stream().synchronize()  # the current stream did not wait: no error
         tensor = torch.full((3,), float(self.rank), device=self.device)
         dist.all_reduce(tensor)
         torch.testing.assert_close(tensor.cpu(), torch.full((3,), float(sum(range(self.world_size)))))
+        torch.vdev.synchronize()  # nothing left over on any stream
 
     def test_collectives_refused_while_capturing(self):
         tensor = torch.ones(4, device=self.device)
@@ -892,8 +908,11 @@ class TestFallbacks(FreshProcessesTest):
         os.environ["VDEV_VCCL_SHARED_MEMORY"] = "0"
         self.init(VCCL)
         self.assertFalse(torch_vdev._C.compares_calls_in_shared_memory(dist.group.WORLD._get_backend(self.device)))
-        with self.assertRaisesRegex(RuntimeError, rf"{VCCL} all_reduce: the ranks' calls do not match \(their sizes differ\)"):
-            dist.all_reduce(torch.ones(2 + self.rank, device=self.device), async_op=True).get_future().wait()
+        work = dist.all_reduce(torch.ones(2 + self.rank, device=self.device), async_op=True)
+        work.get_future().wait()
+        with self.assertRaisesRegex(RuntimeError, rf"Work.wait: {VCCL} all_reduce: the ranks' calls do not match \(their sizes differ\)"):
+            torch.vdev.current_stream().synchronize()
+        self.assertFalse(work.is_success())
         torch.testing.assert_close(self.summed().cpu(), torch.full((3,), 3.0))
 
 

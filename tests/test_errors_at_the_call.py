@@ -21,7 +21,7 @@ BUSY_MS = 300
 CASES = [
     ("linspace bool", True, lambda d: torch.linspace(0, 1, 5, dtype=torch.bool, device=d)),
     ("logspace bool", False, lambda d: torch.logspace(0, 1, 5, dtype=torch.bool, device=d)),
-    ("arange complex", True, lambda d: torch.arange(0, 5, dtype=torch.complex64, device=d)),
+    ("arange complex", False, lambda d: torch.arange(0, 5, dtype=torch.complex64, device=d)),
     ("randn int32", False, lambda d: torch.randn(3, dtype=torch.int32, device=d)),
     ("rand bool", False, lambda d: torch.rand(3, dtype=torch.bool, device=d)),
     ("randint complex", False, lambda d: torch.randint(0, 3, (3,), dtype=torch.complex64, device=d)),
@@ -125,3 +125,62 @@ def test_a_graph_capture_of_a_fresh_signature_does_not_wait():
     torch.vdev.synchronize()
     expected = torch.arange(1.0, 9.0, dtype=torch.float64).view(2, 4).renorm(2, 0, 1.0)
     assert torch.allclose(result.cpu(), expected)
+
+
+# Calls that run without error (a kernel skipping its dtype dispatch) before a call of
+# the same dtypes that raises: each (first call, call that raises on CPU).
+SHORTCUT_CASES = [
+    # linspace/logspace of one step fill without their dispatch; the signature has the
+    # output's size class, so the 5-step call is checked again.
+    ("linspace one step, then five", lambda d: torch.linspace(0.0, 1.0, 1, dtype=torch.bool, device=d),
+     lambda d: torch.linspace(0.0, 1.0, 5, dtype=torch.bool, device=d)),
+    ("logspace one step, then five", lambda d: torch.logspace(0.0, 1.0, 1, base=3.0, dtype=torch.bool, device=d),
+     lambda d: torch.logspace(0.0, 1.0, 5, base=3.0, dtype=torch.bool, device=d)),
+    # An empty matrix product returns before its dispatch; the signature has its
+    # operands' size classes.
+    ("mm of an empty bool matrix, then 2 x 2", lambda d: torch.ones(0, 2, dtype=torch.bool, device=d).mm(
+        torch.ones(2, 2, dtype=torch.bool, device=d)),
+     lambda d: torch.ones(2, 2, dtype=torch.bool, device=d).mm(torch.ones(2, 2, dtype=torch.bool, device=d))),
+    # index_reduce with include_self=True takes bool; with False its own dispatch, which
+    # does not: the signature has bool arguments' values.
+    ("index_reduce include_self, then not",
+     lambda d: torch.zeros(4, 3, dtype=torch.bool, device=d).index_reduce(
+         0, torch.tensor([0, 2], device=d), torch.ones(2, 3, dtype=torch.bool, device=d), "amax"),
+     lambda d: torch.zeros(4, 3, dtype=torch.bool, device=d).index_reduce(
+         0, torch.tensor([0, 2], device=d), torch.ones(2, 3, dtype=torch.bool, device=d), "amax",
+         include_self=False)),
+]
+
+
+@pytest.mark.filterwarnings("ignore:index_reduce")
+@pytest.mark.parametrize("runs, raises", [case[1:] for case in SHORTCUT_CASES], ids=[case[0] for case in SHORTCUT_CASES])
+def test_a_run_skipping_the_dtype_dispatch_does_not_prove_the_dtypes_for_other_calls(runs, raises):
+    runs("cpu")
+    expected = _cpu_error(raises)
+    runs("vdev")
+    torch.vdev.synchronize()
+    with pytest.raises(expected.type) as error:
+        raises("vdev")
+    assert str(expected.value) in str(error.value)
+    torch.vdev.synchronize()  # the stream never saw the error
+
+
+def test_a_one_element_launch_waits_once_per_signature():
+    # Its first launch (a new signature) waits for the kernel; the next ones queue at once.
+    values = torch.ones(1, dtype=torch.int8, device="vdev")
+    torch.vdev.synchronize()
+    for waits in (True, False, False):
+        torch.vdev._sleep(BUSY_MS)
+        result = torch.bitwise_left_shift(values, values)
+        assert torch.vdev.current_stream().query() == waits
+    assert result.cpu().tolist() == torch.bitwise_left_shift(values.cpu(), values.cpu()).tolist()
+
+
+def test_an_op_whose_meta_kernel_refuses_still_runs_what_the_cpu_runs():
+    # Convolution's meta kernel refuses integers, which the CPU's kernel takes: the
+    # CPU kernel, run on the calling thread, decides (and is checked at the call only
+    # where it has no outputs to size, as arange's out=).
+    inputs, weight = torch.arange(12, dtype=torch.int64).view(1, 2, 6), torch.ones(3, 2, 2, dtype=torch.int64)
+    expected = torch.nn.functional.conv1d(inputs, weight)
+    result = torch.nn.functional.conv1d(inputs.to("vdev"), weight.to("vdev"))
+    assert torch.equal(result.cpu(), expected)

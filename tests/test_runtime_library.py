@@ -29,6 +29,7 @@ ENVIRONMENTS = {
 
 THREADED_TESTS = [
     "many_host_threads_share_a_stream",
+    "sleeping_synchronizations_return_at_their_own_points",
     "concurrent_allocation_and_streams",
     "streams_run_concurrently",
     "stream_wait_event_orders_streams",

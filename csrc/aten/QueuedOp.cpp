@@ -583,6 +583,13 @@ bool launch_op(const c10::OperatorHandle& op, const OperatorFacts& facts, torch:
   if (remembered == nullptr) {
     computed = run_meta_kernel(op, facts, arguments, device);
     if (!computed.has_value()) {
+      // The CPU kernel on the calling thread raises or decides; an error it raises
+      // before reading data (arange's unsupported dtype) raises now, as CUDA's host
+      // checks do, not after waiting for the stream. (An op with fresh outputs has no
+      // sizes for them: its CPU kernel raises after the wait.)
+      if (plan.fresh_outputs == 0) {
+        raise_metadata_errors(name, *plan.cpu_op, plan.cpu_kernel, arguments, {});
+      }
       return false;
     }
   }
@@ -606,6 +613,9 @@ bool launch_op(const c10::OperatorHandle& op, const OperatorFacts& facts, torch:
   std::optional<DtypeSignature> unproven_dtypes;
   if (remembered == nullptr) {
     unproven_dtypes.emplace(op, arguments);
+    for (const at::Tensor& output : fresh) {
+      unproven_dtypes->add(output);  // their size class: linspace's steps
+    }
     if (unproven_dtypes->known_to_run()) {
       unproven_dtypes.reset();
     } else {

@@ -1,5 +1,6 @@
 #include "aten/SupportedDtypes.h"
 
+#include "aten/DiscardingWarnings.h"
 #include "runtime/Launch.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -37,11 +38,6 @@ c10::TypeKind kind_of(const c10::Argument& argument) {
 // What an alias's refused data access raises: it ends the run refusing data.
 constexpr std::string_view kDataRefused = "vdev: a run refusing data accessed a tensor's data";
 
-class DiscardWarnings final : public c10::WarningHandler {
- public:
-  void process(const c10::Warning& /*warning*/) override {}
-};
-
 } // namespace
 
 at::Tensor DataRefusingAliases::alias(const at::Tensor& tensor) {
@@ -55,8 +51,7 @@ at::Tensor DataRefusingAliases::alias(const at::Tensor& tensor) {
 }
 
 void raise_metadata_errors(const char* op_name, c10::function_ref<void(DataRefusingAliases&)> kernel) {
-  DiscardWarnings discard;
-  c10::WarningUtils::WarningHandlerGuard discarding(&discard);
+  const DiscardingWarnings discarding;
   c10::impl::ExcludeDispatchKeyGuard as_launched(keys_handled_on_host());
   DataRefusingAliases aliases;
   try {
@@ -129,6 +124,8 @@ DtypeSignature::DtypeSignature(const c10::OperatorHandle& op, c10::ArrayRef<c10:
       const c10::TypeKind kind = kind_of(schema.arguments()[i]);
       if (kind == c10::TypeKind::NumberType) {
         add(value.toScalar());
+      } else if (kind == c10::TypeKind::BoolType) {
+        add(value.toBool());
       } else if (kind == c10::TypeKind::ScalarTypeType && value.isInt()) {
         add(std::optional<c10::ScalarType>(static_cast<c10::ScalarType>(value.toInt())));
       }
@@ -184,13 +181,17 @@ void DtypeSignature::add(c10::string_view text) {
   key_.push_back('\0');
 }
 
+void DtypeSignature::add(bool flag) {
+  key_.push_back(flag ? 'T' : 'F');
+}
+
 void DtypeSignature::add(const at::Tensor& tensor) {
   if (!tensor.defined()) {
     key_.push_back('u');
     return;
   }
-  has_empty_tensor_ = has_empty_tensor_ || tensor.numel() == 0;
-  key_.push_back('t');
+  const int64_t numel = tensor.numel();
+  key_.push_back(numel == 0 ? '0' : numel == 1 ? '1' : 't');
   key_.push_back(static_cast<char>(tensor.scalar_type()));
   key_.push_back(static_cast<char>(tensor.device().type()));
 }
@@ -202,9 +203,6 @@ bool DtypeSignature::known_to_run() const {
 }
 
 void DtypeSignature::note_runs() const {
-  if (has_empty_tensor_) {
-    return;
-  }
   KnownSignatures& known = known_signatures();
   std::unique_lock<std::shared_mutex> lock(known.mutex);
   const std::string_view key(key_.data(), key_.size());

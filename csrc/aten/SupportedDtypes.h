@@ -21,9 +21,13 @@ namespace vdev {
 // (c10::NotImplementedError), so the first launch of an op with arguments of dtypes not
 // yet known to run waits for its kernel to learn whether it supports them
 // (launch_checking_support, Launch.h); later launches of the signature queue at once.
-// The signature is what selects the kernel's dtype dispatch, never the sizes: the
-// op, each tensor's dtype and device type (tensor lists' elements; an undefined
-// tensor or None distinct), each Scalar's type, each ScalarType and string argument.
+// The signature is what selects the kernel's dtype dispatch: the op, each tensor's
+// dtype and device type (tensor lists' elements; an undefined tensor or None distinct),
+// each Scalar's type, each ScalarType, string and bool argument. Sizes only by their
+// class (no element, one, more): kernels skip their dispatch where there is little to
+// compute (addmm_impl_cpu_ of a bool 0 x 3 matrix returns early, linspace of one step
+// fills), so a run of one class proves nothing of another; bool arguments choose
+// paths (index_reduce's include_self=False has a dispatch of its own).
 class DtypeSignature {
  public:
   // A boxed call's signature.
@@ -38,21 +42,19 @@ class DtypeSignature {
   void add(c10::ArrayRef<c10::Scalar> scalars);
   void add(std::optional<c10::ScalarType> dtype);
   void add(c10::string_view text);
+  void add(bool flag);
   template <class Other>
   void add(const Other& /*selects no dtype*/) {}
 
   // Process-wide: whether a launch with this signature ran without NotImplementedError.
   bool known_to_run() const;
-  // Notes that a launch with this signature ran, unless one of its tensors was empty:
-  // kernels return before their dtype dispatch when there is nothing to compute
-  // (addmm_impl_cpu_ of a bool 0 x 3 matrix runs), so that run proves nothing.
+  // Notes that a launch with this signature ran.
   void note_runs() const;
 
  private:
   void add_identity(const void* identity);
 
   c10::SmallVector<char, 64> key_;  // no allocation for most calls: this is built per launch
-  bool has_empty_tensor_ = false;
 };
 
 // CUDA's host code checks a call's metadata (dtypes, sizes, arguments) before it

@@ -8,7 +8,7 @@
 namespace vdev {
 
 // gloo checks a collective's arguments when it is handed the collective, which for vccl
-// happens later, on the group's communication worker, where a bad argument could only
+// happens later, on the group's communication stream, where a bad argument could only
 // fail the work. These checks run at the call instead, as ProcessGroupNCCL's do, and
 // raise there, naming vccl's collective and the problem in gloo's words where gloo has
 // them ("vccl all_gather: invalid tensor size at index 0 (expected (4), got (3))").

@@ -34,8 +34,8 @@ struct CollectiveCall {
 // the group stays usable. Ranks on one host exchange fingerprints on the group's
 // shared-memory board (a few µs); others with one all_gather of a few int64 on the
 // same gloo group (a network round trip). The exchange runs on the group's
-// communication worker, in call order, and starts before the worker waits for the
-// collective's stream, so a busy stream hides its cost.
+// communication stream, in call order, and starts before that stream waits for the
+// collective's inputs, so a busy stream hides its cost.
 class CallAgreement {
  public:
   // The int64 of one fingerprint.

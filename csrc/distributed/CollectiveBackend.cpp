@@ -2,13 +2,12 @@
 
 #include "aten/Tensor.h"
 #include "distributed/ArgumentChecks.h"
-#include "distributed/StreamOrder.h"
 #include "runtime/Stream.h"
 
 #include <torch_vdev/vdev.h>
 
-#include <ATen/Parallel.h>
 #include <ATen/core/ivalue.h>
+#include <c10/core/StreamGuard.h>
 #include <c10/util/Exception.h>
 
 #include <atomic>
@@ -23,30 +22,27 @@ namespace vdev {
 
 namespace {
 
-// A collective's launch on the group's worker: gloo's work once the worker handed the
-// collective to gloo, or the error that stopped it first (calls that differ between
-// ranks, a peer that left, exited or timed out).
-class CollectiveLaunch {
+// One collective, as its kernel on the communication stream leaves it: gloo's work
+// once gloo finished it (and AVG's and PREMUL_SUM's scaling ran), or the error that
+// stopped it (calls that differ between ranks, a peer that left, exited or timed
+// out, gloo's own errors).
+class CollectiveState {
  public:
   void finish(c10::intrusive_ptr<c10d::Work> transport_work, std::exception_ptr error) {
-    std::vector<std::function<void()>> continuations;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       transport_work_ = std::move(transport_work);
       error_ = std::move(error);
       finished_.store(true, std::memory_order_release);
-      continuations.swap(continuations_);
     }
     finished_changed_.notify_all();
-    for (std::function<void()>& continuation : continuations) {
-      continuation();
-    }
   }
 
   bool finished() const {
     return finished_.load(std::memory_order_acquire);
   }
-  // False if it has not finished within `timeout` (kNoTimeout: no limit).
+  // Blocks the host; false if it has not finished within `timeout` (kNoTimeout: no
+  // limit; the collective's own waits time out).
   bool wait(std::chrono::milliseconds timeout) {
     std::unique_lock<std::mutex> lock(mutex_);
     auto done = [this] { return finished(); };
@@ -56,16 +52,12 @@ class CollectiveLaunch {
     }
     return finished_changed_.wait_for(lock, timeout, done);
   }
-  // Runs `continuation` once the launch finished: here if it has, else on the worker.
-  void when_finished(std::function<void()> continuation) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (!finished()) {
-        continuations_.push_back(std::move(continuation));
-        return;
-      }
+  // The check of the events recorded after the collective's kernel: by then it finished.
+  void raise_if_failed() const {
+    TORCH_INTERNAL_ASSERT(finished());
+    if (error_) {
+      std::rethrow_exception(error_);
     }
-    continuation();
   }
 
   // Only once finished():
@@ -82,10 +74,9 @@ class CollectiveLaunch {
   std::atomic<bool> finished_{false};
   c10::intrusive_ptr<c10d::Work> transport_work_;
   std::exception_ptr error_;
-  std::vector<std::function<void()>> continuations_;
 };
 
-// gloo's `error` as "vccl all_reduce failed: <gloo's message>" (the worker's own
+// gloo's `error` as "vccl all_reduce failed: <gloo's message>" (the collective's own
 // errors, CallAgreement's and SharedBoard's, name the collective already).
 std::exception_ptr failure_of(const char* op, const std::exception_ptr& error) {
   std::string message;
@@ -103,52 +94,42 @@ std::exception_ptr failure_of(const char* op, const std::exception_ptr& error) {
       c10::str(kCollectiveBackendName, " ", op, " failed: ", message)));
 }
 
-// The work of one collective: its launch on the worker, then gloo's work on the
-// aliases, seen through the vdev tensors it produces. Its future is a vdev future
-// (events on vdev streams), so `then` callbacks and `wait()` follow stream order as
-// CUDA futures do.
+// The work of one collective, as ProcessGroupNCCL's: its future is a vdev future
+// marked complete at the launch, with an event recorded on the communication stream
+// after the collective, so waiting for it (the future's wait() and `then`, Work.wait())
+// makes the current stream wait and the host goes on. The event carries the
+// collective's check (EventCheckScope): a stream that waits for a failed collective
+// fails with its error, raised at that stream's next synchronization.
 class CollectiveWork final : public c10d::Work {
  public:
   CollectiveWork(
-      const char* op, c10d::OpType type, std::shared_ptr<CollectiveLaunch> launch,
-      std::vector<at::Tensor> results, std::function<void()> on_completion, c10::DeviceIndex device,
-      int rank)
+      const char* op, c10d::OpType type, std::shared_ptr<CollectiveState> state,
+      std::vector<at::Tensor> results, const c10::Stream& stream, int rank)
       : c10d::Work(rank, type),
         op_(op),
-        launch_(std::move(launch)),
+        state_(std::move(state)),
         results_(std::move(results)),
-        completion_(std::make_shared<Completion>(std::move(on_completion))),
-        device_(device) {}
+        future_(c10::make_intrusive<c10::ivalue::Future>(
+            c10::ListType::ofTensors(), std::vector<c10::Device>{stream.device()})) {
+    c10::StreamGuard on_stream(stream);
+    EventCheckScope check("Work.wait", [state = state_] { state->raise_if_failed(); });
+    future_->markCompleted(c10::IValue(results_));
+  }
 
   bool isCompleted() override {
-    if (!launch_->finished()) {
-      return false;
-    }
-    if (launch_->error()) {
-      return true;
-    }
-    if (!launch_->transport_work()->isCompleted()) {
-      return false;
-    }
-    if (launch_->transport_work()->isSuccess()) {
-      completion_->run();
-    }
-    return true;
+    return state_->finished();
   }
   bool isSuccess() const override {
-    return launch_->finished() && !launch_->error() && launch_->transport_work()->isSuccess();
+    return state_->finished() && !state_->error();
   }
   std::exception_ptr exception() const override {
-    if (!launch_->finished()) {
-      return nullptr;
-    }
-    return launch_->error() ? launch_->error() : launch_->transport_work()->exception();
+    return state_->finished() ? state_->error() : nullptr;
   }
   // The rank a receive from any source got its message from, once it has: the host
   // asks right after wait(), which no longer waits for it.
   int sourceRank() const override {
     wait_on_host(kNoTimeout);
-    return launch_->transport_work()->sourceRank();
+    return state_->transport_work()->sourceRank();
   }
   std::vector<at::Tensor> result() override {
     return results_;
@@ -157,147 +138,42 @@ class CollectiveWork final : public c10d::Work {
     blockCurrentStream();
   }
   // As NCCL's: the current stream's later work runs after the collective, and the host
-  // returns at once (a barrier's wait, as NCCL's, also blocks the host). A collective
-  // that has already failed raises here; one that fails later raises at the stream's
-  // next synchronization (`.item()`, `torch.vdev.synchronize()`, ...).
+  // returns at once (a barrier's wait, as NCCL's, blocks the host). A collective that
+  // has already failed raises here; one that fails later raises at the stream's next
+  // synchronization (`.item()`, `torch.vdev.synchronize()`, ...).
   bool wait(std::chrono::milliseconds timeout) override {
-    if (retrieveOpType() == c10d::OpType::BARRIER ||
-        (launch_->finished() && (launch_->error() || launch_->transport_work()->isCompleted()))) {
+    if (retrieveOpType() == c10d::OpType::BARRIER || state_->finished()) {
       return wait_on_host(timeout);
     }
-    make_stream_wait(timeout);
+    blockCurrentStream();
     return true;
   }
   void blockCurrentStream() override {
-    make_stream_wait(kNoTimeout);
+    future_->wait();
   }
   void abort() override {
-    if (launch_->finished() && launch_->transport_work()) {
-      launch_->transport_work()->abort();
+    if (state_->finished() && state_->transport_work()) {
+      state_->transport_work()->abort();
     }
   }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
-    std::call_once(future_made_, [this] {
-      future_ = c10::make_intrusive<c10::ivalue::Future>(
-          c10::ListType::ofTensors(), std::vector<c10::Device>{make_device(device_)});
-      // The callbacks hold what they need, not this work: a work need not outlive
-      // its future.
-      auto complete = [future = future_, results = results_, completion = completion_](
-                          std::exception_ptr error) {
-        if (!error) {
-          try {
-            completion->run();
-          } catch (...) {
-            error = std::current_exception();
-          }
-        }
-        if (error) {
-          future->setError(error);
-        } else {
-          future->markCompleted(c10::IValue(results));
-        }
-      };
-      launch_->when_finished([launch = launch_, complete] {
-        if (launch->error()) {
-          complete(launch->error());
-          return;
-        }
-        const c10::intrusive_ptr<c10d::Work>& transport_work = launch->transport_work();
-        c10::intrusive_ptr<c10::ivalue::Future> transport_future = future_if_any(*transport_work);
-        // A finished gloo future would run the callback here, on the worker, and with
-        // it the future's `then` callbacks (Python ones take the GIL): a thread of the
-        // inter-op pool completes it instead, as it waits for works without a future.
-        if (!transport_future || transport_future->completed()) {
-          at::launch([transport_work, complete] {
-            try {
-              transport_work->wait();
-            } catch (...) {
-              complete(std::current_exception());
-              return;
-            }
-            complete(nullptr);
-          });
-          return;
-        }
-        // gloo runs this on its thread before its work counts as finished, which the
-        // stream's wait for the collective waits for; a `then` callback launching a
-        // kernel may wait for that stream (a first launch of its dtypes), so the
-        // future is completed on the inter-op pool, not here.
-        transport_future->addCallback([complete](c10::ivalue::Future& transport_future) {
-          std::exception_ptr error = transport_future.hasError() ? transport_future.exception_ptr() : nullptr;
-          at::launch([complete, error] { complete(error); });
-        });
-      });
-    });
     return future_;
   }
 
  private:
-  // What runs once on the results after gloo finished (the scaling of AVG and
-  // PREMUL_SUM), whichever of wait() and the future's callback comes first.
-  struct Completion {
-    explicit Completion(std::function<void()> fn) : fn(std::move(fn)) {}
-    void run() {
-      std::call_once(once, [this] {
-        if (fn) {
-          fn();
-        }
-      });
-    }
-    std::function<void()> fn;
-    std::once_flag once;
-  };
-
-  // gloo's future of a work, or nullptr for the works gloo makes without one (send,
-  // recv, reduce_scatter), whose getFuture() throws.
-  static c10::intrusive_ptr<c10::ivalue::Future> future_if_any(c10d::Work& transport_work) {
-    try {
-      return transport_work.getFuture();
-    } catch (const c10::Error&) {
-      return nullptr;
-    }
-  }
-
-  // Blocks the host until the collective completed (or `timeout` passed, counted for
-  // the launch and gloo's work each).
   bool wait_on_host(std::chrono::milliseconds timeout) const {
     TORCH_CHECK(
-        launch_->wait(timeout), kCollectiveBackendName, " ", op_, ": timed out after ",
-        timeout.count(), " ms before the collective started (waiting for its stream or for the "
-        "other ranks' calls)");
-    if (launch_->error()) {
-      std::rethrow_exception(launch_->error());
+        state_->wait(timeout), kCollectiveBackendName, " ", op_, ": timed out after ",
+        timeout.count(), " ms waiting for the collective");
+    if (state_->error()) {
+      std::rethrow_exception(state_->error());
     }
-    if (!launch_->transport_work()->wait(timeout)) {
-      return false;
-    }
-    completion_->run();
     return true;
   }
 
-  void make_stream_wait(std::chrono::milliseconds timeout) {
-    // The queued wait holds what it needs, not this work: a work need not outlive it.
-    make_current_stream_wait(
-        device_, "Work.wait", [op = op_, launch = launch_, completion = completion_, timeout] {
-          launch->wait(kNoTimeout);  // the worker's own waits time out
-          if (launch->error()) {
-            std::rethrow_exception(launch->error());
-          }
-          try {
-            launch->transport_work()->wait(timeout);
-          } catch (...) {
-            std::rethrow_exception(failure_of(op, std::current_exception()));
-          }
-          completion->run();
-        });
-  }
-
   const char* op_;
-  std::shared_ptr<CollectiveLaunch> launch_;
+  std::shared_ptr<CollectiveState> state_;
   std::vector<at::Tensor> results_;
-  std::shared_ptr<Completion> completion_;
-  c10::DeviceIndex device_;
-  std::once_flag future_made_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
@@ -446,7 +322,7 @@ void CollectiveBackend::abort() {
 }
 
 void CollectiveBackend::shutdown() {
-  worker_.drain();  // the collectives called before run (or fail)
+  streams_.drain();  // the collectives called before run (or fail)
   if (board_) {
     board_->leave();
   }
@@ -497,39 +373,70 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::run(
       !is_stream_capturing(current_stream(device)), kCollectiveBackendName, " ", call.op,
       ": cannot run a collective on a stream that is capturing a graph (", kBackendName,
       " graphs do not capture collectives)");
-  std::optional<CallAgreement> agreement;
+  // The comparison of the ranks' calls starts before the stream waits for the inputs,
+  // so a busy stream hides the exchange.
+  struct Agreement {
+    explicit Agreement(const CollectiveCall& call) : calls(call) {}
+    CallAgreement calls;
+    std::exception_ptr error;  // of start()
+  };
+  std::shared_ptr<Agreement> agreement;
+  std::function<void()> start_agreement;
   if (size_ > 1 && !call.point_to_point) {
-    agreement.emplace(call);
+    agreement = std::make_shared<Agreement>(call);
+    start_agreement = [agreement, transport = transport_, board = board_.get()] {
+      try {
+        agreement->calls.start(*transport, board);
+      } catch (...) {
+        agreement->error = std::current_exception();
+      }
+    };
   }
-  auto collective = std::make_shared<CollectiveLaunch>();
-  worker_.post([this, op = call.op, agreement = std::move(agreement),
-                inputs = StreamPoint(device, call.op), launch = std::move(launch),
-                collective]() mutable {
+  // Hands the collective to gloo once the calls match; then `complete` waits for gloo.
+  struct Launched {
     c10::intrusive_ptr<c10d::Work> transport_work;
     std::exception_ptr error;
+  };
+  auto launched = std::make_shared<Launched>();
+  auto hand_to_gloo = [op = call.op, agreement, transport = transport_, launch = std::move(launch), launched] {
+    launched->error = agreement ? agreement->error : nullptr;
     try {
-      if (agreement) {
-        agreement->start(*transport_, board_.get());
-      }
-      inputs.wait();
-      if (agreement) {
-        agreement->verify(transport_->getBackendOptions()->timeout);
+      if (agreement && !launched->error) {
+        agreement->calls.verify(transport->getBackendOptions()->timeout);
       }
     } catch (...) {
-      error = std::current_exception();
+      launched->error = std::current_exception();
     }
+    if (!launched->error) {
+      try {
+        launched->transport_work = launch();
+      } catch (...) {
+        launched->error = failure_of(op, std::current_exception());
+      }
+    }
+  };
+  auto state = std::make_shared<CollectiveState>();
+  auto complete = [op = call.op, launched, on_completion = std::move(on_completion), state] {
+    std::exception_ptr error = launched->error;
     if (!error) {
       try {
-        transport_work = launch();
+        launched->transport_work->wait();  // gloo's work times out after the group's timeout itself
+        if (on_completion) {
+          on_completion();
+        }
       } catch (...) {
         error = failure_of(op, std::current_exception());
       }
     }
-    collective->finish(std::move(transport_work), std::move(error));
-  });
-  return c10::make_intrusive<CollectiveWork>(
-      call.op, type, std::move(collective), std::move(results), std::move(on_completion), device,
-      rank_);
+    state->finish(std::move(launched->transport_work), std::move(error));
+  };
+  c10::Stream stream = call.point_to_point
+      ? streams_.launch_point_to_point(device, call.op, std::move(hand_to_gloo), std::move(complete))
+      : streams_.launch(device, call.op, std::move(start_agreement), [hand_to_gloo, complete] {
+          hand_to_gloo();
+          complete();
+        });
+  return c10::make_intrusive<CollectiveWork>(call.op, type, std::move(state), std::move(results), stream, rank_);
 }
 
 c10::intrusive_ptr<c10d::Work> CollectiveBackend::broadcast(
@@ -802,18 +709,19 @@ c10::intrusive_ptr<c10d::Work> CollectiveBackend::barrier(const c10d::BarrierOpt
 void CollectiveBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {
   c10d::BarrierOptions gloo_opts = opts;
   gloo_opts.device = std::nullopt;
-  // On the worker, after the collectives called before it: gloo numbers its messages
-  // in the order of the calls on its group.
-  std::promise<void> done;
-  worker_.post([&] {
+  // On the communication stream, after the collectives called before it: gloo numbers
+  // its messages in the order of the calls on its group.
+  auto done = std::make_shared<std::promise<void>>();
+  streams_.launch(current_device(), "monitored_barrier", nullptr,
+                  [transport = transport_, gloo_opts, wait_all_ranks, done] {
     try {
-      transport_->monitoredBarrier(gloo_opts, wait_all_ranks);
-      done.set_value();
+      transport->monitoredBarrier(gloo_opts, wait_all_ranks);
+      done->set_value();
     } catch (...) {
-      done.set_exception(std::current_exception());
+      done->set_exception(std::current_exception());
     }
   });
-  done.get_future().get();
+  done->get_future().get();
 }
 
 } // namespace vdev

@@ -3,7 +3,7 @@
 #include <torch_vdev/Backend.h>
 
 #include "distributed/CallAgreement.h"
-#include "distributed/CommunicationWorker.h"
+#include "distributed/CommunicationStream.h"
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
@@ -15,18 +15,21 @@ inline constexpr char kCollectiveBackendName[] = "vccl";
 // vdev's c10d backend: every collective runs on gloo, PyTorch's CPU transport, over
 // zero-copy CPU aliases of the vdev tensors (vdev memory is host memory), so gloo
 // reads and writes device memory directly. It adds what gloo lacks for a device
-// backend: device checks with clear errors, stream order (StreamOrder.h), works and
-// futures whose results are the vdev tensors, and the AVG and PREMUL_SUM reductions
-// (a SUM scaled when it completes).
+// backend: device checks with clear errors, stream order, works and futures whose
+// results are the vdev tensors, and the AVG and PREMUL_SUM reductions (a SUM scaled
+// when it completes).
 //
-// As NCCL's, a collective is asynchronous for the calling thread: the call checks
-// what it can check alone (its tensors and devices), marks its point in the current
-// stream and returns; the group's communication worker (CommunicationWorker.h) meets
-// the other ranks' calls (CallAgreement.h), waits for the stream to get past the
-// point and hands the collective to gloo. Errors only communication finds (calls that
-// differ between ranks, a peer that left, exited or timed out) fail the collective's
-// work: they raise where it is waited for (Work.wait() of a collective that already
-// failed, a barrier, a future, or else the stream's next synchronization).
+// As NCCL's, a collective is a kernel on the group's communication stream
+// (CommunicationStream.h): the call checks what it can check alone (its tensors,
+// devices and arguments), queues the collective behind the work queued so far on the
+// current stream and returns. The kernel meets the other ranks' calls (CallAgreement.h),
+// hands the collective to gloo and waits for it. The work's future is complete at
+// once, with an event on the communication stream: waiting for it, or Work.wait(),
+// makes the current stream wait. Errors only communication finds (calls that differ
+// between ranks, a peer that left, exited or timed out) fail the collective's work,
+// not the communication stream: they raise in the streams that wait for it, at their
+// next synchronization (EventCheckScope in runtime/Stream.h), or on the host where
+// it waits (Work.wait() of a collective that already failed, a barrier).
 class VDEV_API CollectiveBackend final : public c10d::Backend {
  public:
   // `transport` is a ProcessGroupGloo of the same rank and size (made in Python,
@@ -99,16 +102,16 @@ class VDEV_API CollectiveBackend final : public c10d::Backend {
   // Checks the tensors of one call (all vdev, on one device, the group's bound device
   // if it has one) and returns their device; errors name `op` and the problem.
   c10::DeviceIndex call_device(const char* op, std::vector<c10::ArrayRef<at::Tensor>> groups) const;
-  // Has the worker launch a collective on gloo (`launch`) in stream order, once every
-  // rank's call matches `call` (CallAgreement.h), and returns its work at once: the
-  // work's results are `results`, after `on_completion` ran on them.
+  // Queues a collective on gloo (`launch`) on the communication stream, to run once
+  // every rank's call matches `call` (CallAgreement.h), and returns its work at once:
+  // the work's results are `results`, after `on_completion` ran on them.
   c10::intrusive_ptr<c10d::Work> run(
       c10::DeviceIndex device, c10d::OpType type, const CollectiveCall& call,
       std::vector<at::Tensor> results, std::function<c10::intrusive_ptr<c10d::Work>()> launch,
       std::function<void()> on_completion = nullptr);
 
   // A call of gloo's `method` with the arguments on CPU (on_cpu in the .cpp), to run
-  // later on the worker: it holds what it needs.
+  // later on the communication stream: it holds what it needs.
   template <typename Method, typename... Args>
   std::function<c10::intrusive_ptr<c10d::Work>()> on_gloo(Method method, const Args&... args);
 
@@ -116,8 +119,8 @@ class VDEV_API CollectiveBackend final : public c10d::Backend {
   // Where the ranks compare their calls when they are all on this host (else nullptr:
   // over gloo).
   std::unique_ptr<SharedBoard> board_;
-  // Declared last, so destroyed first: its queued launches use the members above.
-  CommunicationWorker worker_;
+  // Declared last, so destroyed first: its queued collectives use the board.
+  CommunicationStreams streams_;
 };
 
 } // namespace vdev

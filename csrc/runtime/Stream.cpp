@@ -2,10 +2,12 @@
 
 #include "profiler/DeviceActivity.h"
 #include "runtime/Device.h"
+#include "runtime/Launch.h"
 #include "runtime/RuntimeError.h"
 
 #include <algorithm>
 #include <atomic>
+#include <utility>
 #include <vector>
 
 namespace vdev {
@@ -93,6 +95,8 @@ struct Event {
   vdrtEvent_t handle = nullptr;
   c10::StreamId stream = 0;
   uint64_t point = 0;
+  // The check of the last record (EventCheckScope), or nullptr.
+  std::shared_ptr<const EventCheckScope::Check> check;
 
   ~Event() {
     if (handle != nullptr) {
@@ -105,7 +109,27 @@ struct Event {
   }
 };
 
+// The check of the innermost EventCheckScope on this thread.
+thread_local std::shared_ptr<const EventCheckScope::Check> tls_event_check;
+
+bool passes(const EventCheckScope::Check& check) {
+  try {
+    check.run();
+    return true;
+  } catch (...) {
+    return false;  // the waiting stream fails with it
+  }
+}
+
 } // namespace
+
+EventCheckScope::EventCheckScope(const char* op_name, std::function<void()> check)
+    : previous_(std::exchange(
+          tls_event_check, std::make_shared<const Check>(Check{op_name, std::move(check)}))) {}
+
+EventCheckScope::~EventCheckScope() {
+  tls_event_check = std::move(previous_);
+}
 
 void check_stream(const c10::Stream& stream) {
   TORCH_CHECK(
@@ -249,6 +273,7 @@ void record_event(void** event, const c10::Stream& stream, c10::EventFlag flag) 
   }
   state->stream = stream.id();
   state->point = mark_stream_point(stream);
+  state->check = tls_event_check;
   check_runtime(vdrtEventRecord(state->handle, runtime_stream(stream)), "vdrtEventRecord");
 }
 
@@ -277,6 +302,9 @@ void synchronize_event(void* event) {
   }
   check_runtime(vdrtEventSynchronize(state->handle), "vdrtEventSynchronize");
   raise_to(state->progress().observed, state->point);
+  if (state->check) {
+    state->check->run();
+  }
 }
 
 void wait_event(void* event, const c10::Stream& stream) {
@@ -285,7 +313,13 @@ void wait_event(void* event, const c10::Stream& stream) {
   if (state == nullptr || state->handle == nullptr) {
     return;  // never recorded: nothing to wait for
   }
+  if (state->check && query_event(event) && passes(*state->check)) {
+    return;  // the stream would wait for nothing, and the check would pass
+  }
   check_runtime(vdrtStreamWaitEvent(runtime_stream(stream), state->handle), "vdrtStreamWaitEvent");
+  if (state->check) {
+    launch(stream, state->check->op_name, [check = state->check] { check->run(); });
+  }
 }
 
 double elapsed_milliseconds(void* start, void* end) {

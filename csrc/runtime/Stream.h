@@ -6,6 +6,8 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 
 typedef struct vdrtStream* vdrtStream_t;
 
@@ -77,8 +79,33 @@ void record_event(void** event, const c10::Stream& stream, c10::EventFlag flag);
 void destroy_event(void* event) noexcept;
 bool query_event(void* event);
 void synchronize_event(void* event);
-// Work queued on `stream` after this waits for the event's last record.
+// Work queued on `stream` after this waits for the event's last record (and its
+// check, below).
 void wait_event(void* event, const c10::Stream& stream);
 double elapsed_milliseconds(void* start, void* end);
+
+// A check that events recorded on this thread carry while the scope lives, for work
+// whose failure the stream it ran on does not see (vccl's collectives: their failures
+// stay theirs, so the process group stays usable). A stream that waits for such an
+// event runs the check after the wait, as a kernel named `op_name`: what it throws
+// becomes that stream's error, raised at its next synchronization, as a failed
+// kernel's. A host that synchronizes with the event runs it too and raises it. So a
+// collective's failure reaches the streams that wait for it, as NCCL's reaches every
+// stream of its CUDA context.
+class VDEV_API EventCheckScope {
+ public:
+  EventCheckScope(const char* op_name, std::function<void()> check);
+  ~EventCheckScope();
+  EventCheckScope(const EventCheckScope&) = delete;
+  EventCheckScope& operator=(const EventCheckScope&) = delete;
+
+  struct Check {
+    const char* op_name;
+    std::function<void()> run;
+  };
+
+ private:
+  std::shared_ptr<const Check> previous_;
+};
 
 } // namespace vdev

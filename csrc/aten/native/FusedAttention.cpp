@@ -375,6 +375,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> flash_attention_backward(
 
 constexpr int64_t kLogsumexpAlignment = 32;
 
+// The memory-efficient kernel's custom_mask_type values.
+constexpr int64_t kNoCustomMask = 0;
+constexpr int64_t kCausalFromTopLeft = 1;
+
 Masking efficient_masking(
     const at::Tensor& query,
     std::optional<double> scale,
@@ -550,6 +554,51 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> efficient_attention_b
   return {grad_query, grad_key, grad_value, grad_bias};
 }
 
+// scaled_dot_product_attention's memory-efficient path (Attention.cpp chooses it as
+// CUDA does): inputs (batch, heads, seqlen, head_dim), run by the kernel above on their
+// (batch, seqlen, heads, head_dim) views, as CUDA's wrappers do.
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> scaled_dot_product_efficient_attention(
+    const at::Tensor& query,
+    const at::Tensor& key,
+    const at::Tensor& value,
+    const std::optional<at::Tensor>& bias,
+    bool compute_log_sumexp,
+    double dropout_p,
+    bool is_causal,
+    std::optional<double> scale) {
+  const int64_t mask_type = is_causal ? kCausalFromTopLeft : kNoCustomMask;
+  auto [output, logsumexp, seed, offset, longest_q, longest_k] = efficient_attention_forward(
+      query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), bias, std::nullopt, std::nullopt,
+      std::nullopt, std::nullopt, dropout_p, mask_type, compute_log_sumexp, scale, std::nullopt, std::nullopt);
+  return {output.transpose(1, 2), logsumexp, seed, offset};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> scaled_dot_product_efficient_attention_backward(
+    const at::Tensor& grad_out,
+    const at::Tensor& query,
+    const at::Tensor& key,
+    const at::Tensor& value,
+    const at::Tensor& bias,
+    const at::Tensor& out,
+    const at::Tensor& logsumexp,
+    const at::Tensor& philox_seed,
+    const at::Tensor& philox_offset,
+    double dropout_p,
+    std::array<bool, 4> grad_input_mask,
+    bool is_causal,
+    std::optional<double> scale) {
+  if (!grad_out.defined()) {
+    return {};
+  }
+  const int64_t mask_type = is_causal ? kCausalFromTopLeft : kNoCustomMask;
+  auto [grad_query, grad_key, grad_value, grad_bias] = efficient_attention_backward(
+      grad_out.transpose(1, 2), query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
+      bias.defined() ? std::optional<at::Tensor>(bias) : std::nullopt, out.transpose(1, 2), std::nullopt,
+      std::nullopt, query.size(2), key.size(2), logsumexp, dropout_p, philox_seed, philox_offset, mask_type,
+      grad_input_mask[3], scale, std::nullopt, std::nullopt, false);
+  return {grad_query.transpose(1, 2), grad_key.transpose(1, 2), grad_value.transpose(1, 2), grad_bias};
+}
+
 } // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
@@ -557,6 +606,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_flash_attention_backward", TORCH_FN(flash_attention_backward));
   m.impl("_efficient_attention_forward", TORCH_FN(efficient_attention_forward));
   m.impl("_efficient_attention_backward", TORCH_FN(efficient_attention_backward));
+  m.impl("_scaled_dot_product_efficient_attention", TORCH_FN(scaled_dot_product_efficient_attention));
+  m.impl("_scaled_dot_product_efficient_attention_backward", TORCH_FN(scaled_dot_product_efficient_attention_backward));
 }
 
 } // namespace vdev

@@ -346,6 +346,12 @@ struct vdrtStream : std::enable_shared_from_this<vdrtStream> {
   // the host makes around every operation it runs itself.
   std::atomic<uint64_t> submitted{0};
   std::atomic<uint64_t> completed{0};
+  // The lowest `completed` a host sleeping in wait_idle needs (kNoSleeper: none). The
+  // worker wakes sleepers once it is reached, not at every work item: a host that
+  // synchronizes behind a deep queue would otherwise wake per kernel and take the
+  // worker's core and lock each time.
+  static constexpr uint64_t kNoSleeper = UINT64_MAX;
+  uint64_t wake_sleepers_at = kNoSleeper;
   bool stopping = false;
   std::thread worker;
   // The first failure since the stream was last synchronized.
@@ -397,6 +403,8 @@ struct vdrtStream : std::enable_shared_from_this<vdrtStream> {
 
   void work_loop() {
     tls_is_worker = true;
+    // Named for profilers and /proc/<pid>/task/<tid>/comm (15 characters at most).
+    pthread_setname_np(pthread_self(), ("vdev_stream_" + std::to_string(device)).substr(0, 15).c_str());
     std::unique_lock<std::mutex> lock(mutex);
     for (;;) {
       if (queue.empty() && !stopping && worker_spin_ns > 0) {
@@ -414,7 +422,13 @@ struct vdrtStream : std::enable_shared_from_this<vdrtStream> {
       run(work);
       lock.lock();
       completed += 1;
-      work_done.notify_all();
+      if (completed.load(std::memory_order_relaxed) >= wake_sleepers_at) {
+        wake_sleepers_at = kNoSleeper;
+        // Unlocked first, so that a woken host does not block on the lock at once.
+        lock.unlock();
+        work_done.notify_all();
+        lock.lock();
+      }
     }
   }
 
@@ -493,7 +507,11 @@ struct vdrtStream : std::enable_shared_from_this<vdrtStream> {
     }
     block_host([&] {
       std::unique_lock<std::mutex> lock(mutex);
-      work_done.wait(lock, [&] { return completed.load() >= target; });
+      while (completed.load() < target) {
+        // Woken sleepers all clear it; those still short of their target set it again.
+        wake_sleepers_at = std::min(wake_sleepers_at, target);
+        work_done.wait(lock);
+      }
     });
   }
 

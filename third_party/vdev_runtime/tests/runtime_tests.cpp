@@ -4,6 +4,7 @@
 
 #include "vdev_runtime.h"
 
+#include <pthread.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -712,6 +713,57 @@ TEST(many_host_threads_share_a_stream) {
   }
   CHECK_OK(vdrtStreamSynchronize(stream));
   CHECK(counter == 8 * 500);
+  CHECK_OK(vdrtStreamDestroy(stream));
+}
+
+TEST(sleeping_synchronizations_return_at_their_own_points) {
+  // Two host threads sleep in synchronizations of one stream that end at different
+  // points: each returns once the work before its call is done, whatever the other
+  // waits for (the worker wakes sleepers once the nearest point is reached, and one
+  // woken early must sleep again until its own).
+  vdrtStream_t stream = new_stream();
+  Gate first_gate, second_gate;
+  std::atomic<int> done{0};
+  CHECK_OK(vdrtLaunchHostFunc(stream, &Gate::wait, &first_gate));
+  launch(stream, [&] { done += 1; });
+  std::atomic<bool> early_returned{false};
+  std::thread early([&] {
+    CHECK_OK(vdrtStreamSynchronize(stream));
+    CHECK(done.load() >= 1);
+    early_returned = true;
+  });
+  sleep_ms(20);  // past the polling: the early thread sleeps
+  CHECK_OK(vdrtLaunchHostFunc(stream, &Gate::wait, &second_gate));
+  launch(stream, [&] { done += 1; });
+  std::atomic<bool> late_returned{false};
+  std::thread late([&] {
+    CHECK_OK(vdrtStreamSynchronize(stream));
+    CHECK(done.load() == 2);
+    late_returned = true;
+  });
+  sleep_ms(20);
+  CHECK(!early_returned && !late_returned);
+  first_gate.open = true;
+  early.join();
+  second_gate.wait_reached();
+  sleep_ms(20);
+  CHECK(!late_returned);
+  second_gate.open = true;
+  late.join();
+  CHECK(late_returned);
+  CHECK_OK(vdrtStreamDestroy(stream));
+}
+
+TEST(stream_workers_are_named_for_their_device) {
+  vdrtStream_t stream = new_stream();
+  std::string name;
+  launch(stream, [&] {
+    char buffer[16] = {};
+    CHECK(pthread_getname_np(pthread_self(), buffer, sizeof(buffer)) == 0);
+    name = buffer;
+  });
+  CHECK_OK(vdrtStreamSynchronize(stream));
+  CHECK(name == "vdev_stream_0");
   CHECK_OK(vdrtStreamDestroy(stream));
 }
 
