@@ -158,8 +158,14 @@ struct EventState {
 
   // The latest record, whose work was not queued after all (mutex held).
   void withdraw_latest_record() {
-    pending.erase(std::find(pending.begin(), pending.end(), recorded));
+    remove_pending(recorded);
     recorded -= 1;
+  }
+
+  // (mutex held; `pending` is in no order)
+  void remove_pending(uint64_t record) {
+    *std::find(pending.begin(), pending.end(), record) = pending.back();
+    pending.pop_back();
   }
 
   // Whether `record` is complete; record 0 (none) is (mutex held).
@@ -170,7 +176,7 @@ struct EventState {
   void complete(uint64_t record) {
     {
       std::lock_guard<std::mutex> lock(mutex);
-      pending.erase(std::find(pending.begin(), pending.end(), record));
+      remove_pending(record);
       if (timing && record == recorded) {
         time = Clock::now();  // an earlier record completing later is not the event's point
       }
