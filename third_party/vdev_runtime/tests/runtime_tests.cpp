@@ -613,13 +613,16 @@ TEST(waits_are_for_their_record_when_another_stream_records_the_event_again) {
   const vdrtError_t later_wait = vdrtStreamWaitEvent(later_consumer, event);
   const vdrtError_t later_synchronize = vdrtStreamSynchronize(later_consumer);
   gate.open = true;
+  const vdrtError_t consumer_synchronize = vdrtStreamSynchronize(consumer);
+  const vdrtError_t slow_synchronize = vdrtStreamSynchronize(slow);  // past the gate
   waiter.join();
   CHECK(seen_before_the_gate == -1);
   CHECK(consumer_before_the_gate == vdrtErrorNotReady);
   CHECK(!synchronized_before_the_gate);
   CHECK_OK(later_wait);
   CHECK_OK(later_synchronize);
-  CHECK_OK(vdrtStreamSynchronize(consumer));
+  CHECK_OK(consumer_synchronize);
+  CHECK_OK(slow_synchronize);
   CHECK(seen == 42);
   CHECK(synchronized);
   CHECK_OK(vdrtEventQuery(event));
