@@ -156,10 +156,12 @@ struct EventState {
     return recorded;
   }
 
-  // The latest record, whose work was not queued after all (mutex held).
-  void withdraw_latest_record() {
-    remove_pending(recorded);
-    recorded -= 1;
+  // A record whose work was refused: dropped unrun, or (launch blocking) run and then
+  // reporting a failure. Either way no wait for it may hold (mutex held).
+  void abandon(uint64_t record) {
+    if (!done(record)) {
+      remove_pending(record);
+    }
   }
 
   // (mutex held; `pending` is in no order)
@@ -1555,7 +1557,8 @@ struct vdrtGraphExec {
 
   const std::shared_ptr<const GraphBody> body;
   // Its queued launches, numbered in launch order (see GraphRun); `launching` keeps a
-  // number and its submission together, so a failed submission gives it back.
+  // number and its submission together, so numbers are queued in order and a refused
+  // submission is abandoned before the next launch waits for it.
   const std::shared_ptr<EventState> launches = std::make_shared<EventState>(/*timing=*/false);
   std::mutex launching;
 };
@@ -1749,7 +1752,7 @@ vdrtError_t vdrtGraphLaunch(vdrtGraphExec_t exec, vdrtStream_t stream) {
       stream->submit(owned_work(new GraphRun{exec->body, exec->launches, launch}, "graph"), "vdrtGraphLaunch");
   if (error != vdrtSuccess) {
     std::lock_guard<std::mutex> lock(launches.mutex);
-    launches.withdraw_latest_record();
+    launches.abandon(launch);
   }
   return error;
 }

@@ -1345,6 +1345,28 @@ TEST(ending_a_capture_checks_the_stream_and_the_thread) {
   CHECK_OK(vdrtStreamDestroy(stream));
 }
 
+// Under launch blocking a graph launch runs before it returns; one whose kernel fails
+// reports the failure, and the next launch of the graph does not wait for it forever.
+TEST(a_failed_graph_launch_under_launch_blocking_does_not_hold_the_next) {
+  vdrtStream_t stream = new_stream();
+  CHECK_OK(vdrtStreamBeginCapture(stream, vdrtStreamCaptureModeGlobal));
+  CHECK_OK(vdrtLaunchHostFunc(stream, &failing_kernel, const_cast<char*>("replayed failure")));
+  vdrtGraph_t graph = nullptr;
+  CHECK_OK(vdrtStreamEndCapture(stream, &graph));
+  vdrtGraphExec_t exec = nullptr;
+  CHECK_OK(vdrtGraphInstantiate(&exec, graph));
+  CHECK_OK(vdrtSetLaunchBlocking(1));
+  for (int launch = 0; launch < 2; ++launch) {
+    CHECK(vdrtGraphLaunch(exec, stream) == vdrtErrorLaunchFailure);
+    CHECK(std::string(vdrtGetLastErrorMessage()).find("replayed failure") != std::string::npos);
+  }
+  CHECK_OK(vdrtSetLaunchBlocking(0));
+  CHECK_OK(vdrtGraphExecDestroy(exec));
+  CHECK_OK(vdrtGraphDestroy(graph));
+  check_usable(stream);
+  CHECK_OK(vdrtStreamDestroy(stream));
+}
+
 TEST(graph_launches_are_captured_too) {
   vdrtStream_t stream = new_stream();
   std::atomic<int> runs{0};
