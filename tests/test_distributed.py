@@ -478,6 +478,9 @@ class CollectiveTests:
         for it (the future's wait(), Work.wait()) raises the error at its next
         synchronization; a Work.wait() once the work failed raises on the host. The
         group stays usable."""
+        # Each collective is queued behind a sleep, so it has not failed yet when waited
+        # for (a wait for a work already known to have failed raises on the host).
+        torch.vdev._sleep(500)
         work = dist.all_reduce(torch.ones(2 + self.rank, device=self.device), async_op=True)
         pattern = rf"{VCCL} all_reduce: the ranks' calls do not match \(their sizes differ\)"
         future = work.get_future()
@@ -491,6 +494,7 @@ class CollectiveTests:
         with self.assertRaisesRegex(RuntimeError, pattern):
             work.wait()
         # Only the streams that waited for the failed collective get its error.
+        torch.vdev._sleep(500)
         work = dist.all_reduce(torch.ones(2 + self.rank, device=self.device), async_op=True)
         side = torch.vdev.Stream()
         with torch.vdev.stream(side):

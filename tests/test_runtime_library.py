@@ -33,6 +33,8 @@ THREADED_TESTS = [
     "concurrent_allocation_and_streams",
     "streams_run_concurrently",
     "stream_wait_event_orders_streams",
+    "waits_are_for_their_record_when_another_stream_records_the_event_again",
+    "an_earlier_record_completing_last_does_not_move_the_event",
     "event_query_and_synchronize_follow_the_stream",
     "launch_failure_surfaces_at_the_next_synchronization",
     "async_copies_are_queued_in_stream_order",

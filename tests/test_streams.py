@@ -173,12 +173,12 @@ def test_elapsed_time_measures_real_time():
     end = torch.vdev.Event(enable_timing=True)
     before = time.perf_counter()
     start.record()
-    time.sleep(0.05)
+    torch.vdev._sleep(50)  # the stream is busy 50 ms between the records, however late it starts
     end.record()
     end.synchronize()
     outer_ms = (time.perf_counter() - before) * 1000
     elapsed = start.elapsed_time(end)
-    assert 50 * 0.95 <= elapsed <= outer_ms
+    assert 50 <= elapsed <= outer_ms
     generic_start = torch.Event("vdev", enable_timing=True)
     generic_end = torch.Event("vdev", enable_timing=True)
     before = time.perf_counter()
@@ -200,6 +200,36 @@ def test_elapsed_time_errors_follow_cuda():
         timed.elapsed_time(torch.vdev.Event(enable_timing=True))
     with pytest.raises(TypeError, match="torch.Event"):
         timed.elapsed_time("later")
+
+
+@pytest.mark.parametrize("rerecorded_on", ["an idle stream", "the same stream"])
+def test_a_wait_is_for_the_record_before_it_when_the_event_is_recorded_again(rerecorded_on):
+    # As cudaStreamWaitEvent: the wait is for the record made before it, so recording
+    # the event again - on an idle stream, whose record completes first - does not
+    # release the consumer before the producer's slow work wrote its result.
+    producer, idle, consumer = torch.vdev.Stream(), torch.vdev.Stream(), torch.vdev.Stream()
+    source = torch.linspace(-3, 3, 4096)
+    x = source.to("vdev")
+    torch.vdev.synchronize()
+    event = torch.vdev.Event()
+    with torch.vdev.stream(producer):
+        torch.vdev._sleep(200)
+        y = x * 2 + 1
+    event.record(producer)
+    consumer.wait_event(event)
+    with torch.vdev.stream(consumer):
+        z = y * 3 - 5
+    if rerecorded_on == "an idle stream":
+        event.record(idle)
+        event.synchronize()  # waits for the latest record, the idle stream's
+        assert event.query()
+    else:
+        with torch.vdev.stream(producer):
+            y.add_(0)
+        event.record(producer)
+    torch.vdev.synchronize()
+    assert event.query()
+    assert_close(z.cpu(), (source * 2 + 1) * 3 - 5)
 
 
 def test_event_records_only_on_its_device():

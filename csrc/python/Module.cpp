@@ -113,8 +113,6 @@ PYBIND11_MODULE(_C, m) {
     vdev::lazy_init();
     vdev::synchronize_device(to_index(index));
   });
-  // torch.cuda._sleep's counterpart: a kernel that keeps the current stream busy, so
-  // tests can observe work still queued.
   // Graphs: torch.accelerator.Graph is vdev::Graph (csrc/graphs/); these serve
   // torch.vdev's mirror of torch.cuda's graph API.
   m.def("_graph_pool_handle", [] { return vdev::graph_pool_handle(); });
@@ -122,6 +120,8 @@ PYBIND11_MODULE(_C, m) {
     vdev::lazy_init();
     return vdev::is_stream_capturing(vdev::current_stream(vdev::current_device()));
   });
+  // torch.cuda._sleep's counterpart: a kernel that keeps the current stream busy, so
+  // tests can observe work still queued.
   m.def("_sleep", [](double milliseconds) {
     vdev::lazy_init();
     const c10::DeviceIndex device = vdev::current_device();

@@ -138,24 +138,49 @@ struct EventState {
   const bool timing;
   std::mutex mutex;
   std::condition_variable completed_changed;
-  // Records are numbered; `completed` is the highest completed one.
+  // Records are numbered in record order. Records on different streams complete in any
+  // order, and a wait is for one record (CUDA's, the latest when the wait was made), so
+  // the event keeps the records not yet complete; few are, and the vector keeps its
+  // capacity, so recording allocates nothing once the event was used.
   uint64_t recorded = 0;
-  uint64_t completed = 0;
-  Clock::time_point time{};
+  std::vector<uint64_t> pending;
+  Clock::time_point time{};  // when the latest record completed
   std::weak_ptr<vdrtStream> stream;  // of the last record
   // Last recorded in this capture (guarded by capture_mutex), at this frontier.
   std::shared_ptr<Capture> capture;
   std::vector<size_t> capture_frontier;
 
+  // The next record, for work that will complete it (mutex held).
+  uint64_t add_record() {
+    pending.push_back(++recorded);
+    return recorded;
+  }
+
+  // A record whose work was refused: dropped unrun, or (launch blocking) run and then
+  // reporting a failure. Either way no wait for it may hold (mutex held).
+  void abandon(uint64_t record) {
+    if (!done(record)) {
+      remove_pending(record);
+    }
+  }
+
+  // (mutex held; `pending` is in no order)
+  void remove_pending(uint64_t record) {
+    *std::find(pending.begin(), pending.end(), record) = pending.back();
+    pending.pop_back();
+  }
+
+  // Whether `record` is complete; record 0 (none) is (mutex held).
+  bool done(uint64_t record) const {
+    return std::find(pending.begin(), pending.end(), record) == pending.end();
+  }
+
   void complete(uint64_t record) {
     {
       std::lock_guard<std::mutex> lock(mutex);
-      if (record <= completed) {
-        return;  // a later record completed first: it is the event's point
-      }
-      completed = record;
-      if (timing) {
-        time = Clock::now();
+      remove_pending(record);
+      if (timing && record == recorded) {
+        time = Clock::now();  // an earlier record completing later is not the event's point
       }
     }
     completed_changed.notify_all();
@@ -164,13 +189,13 @@ struct EventState {
   void wait_for(uint64_t record) {
     {
       std::lock_guard<std::mutex> lock(mutex);
-      if (completed >= record) {
+      if (done(record)) {
         return;
       }
     }
     block_host([&] {
       std::unique_lock<std::mutex> lock(mutex);
-      completed_changed.wait(lock, [&] { return completed >= record; });
+      completed_changed.wait(lock, [&] { return done(record); });
     });
   }
 };
@@ -1423,7 +1448,7 @@ vdrtError_t vdrtEventRecord(vdrtEvent_t event, vdrtStream_t stream) {
   uint64_t record = 0;
   {
     std::lock_guard<std::mutex> lock(event->state->mutex);
-    record = ++event->state->recorded;
+    record = event->state->add_record();
     event->state->stream = stream->weak_from_this();
   }
   return stream->submit(
@@ -1439,7 +1464,7 @@ vdrtError_t vdrtEventQuery(vdrtEvent_t event) {
     return error;
   }
   std::lock_guard<std::mutex> lock(event->state->mutex);
-  return event->state->completed >= event->state->recorded ? vdrtSuccess : vdrtErrorNotReady;
+  return event->state->done(event->state->recorded) ? vdrtSuccess : vdrtErrorNotReady;
 }
 
 vdrtError_t vdrtEventSynchronize(vdrtEvent_t event) {
@@ -1481,7 +1506,7 @@ vdrtError_t vdrtEventElapsedTime(float* milliseconds, vdrtEvent_t start, vdrtEve
     if (state.recorded == 0) {
       return vdrtErrorInvalidResourceHandle;
     }
-    if (state.completed < state.recorded) {
+    if (!state.done(state.recorded)) {
       return vdrtErrorNotReady;
     }
     *time = state.time;
@@ -1541,7 +1566,8 @@ struct vdrtGraphExec {
 
   const std::shared_ptr<const GraphBody> body;
   // Its queued launches, numbered in launch order (see GraphRun); `launching` keeps a
-  // number and its submission together, so a failed submission gives it back.
+  // number and its submission together, so numbers are queued in order and a refused
+  // submission is abandoned before the next launch waits for it.
   const std::shared_ptr<EventState> launches = std::make_shared<EventState>(/*timing=*/false);
   std::mutex launching;
 };
@@ -1729,13 +1755,13 @@ vdrtError_t vdrtGraphLaunch(vdrtGraphExec_t exec, vdrtStream_t stream) {
   uint64_t launch = 0;
   {
     std::lock_guard<std::mutex> lock(launches.mutex);
-    launch = ++launches.recorded;
+    launch = launches.add_record();
   }
   const vdrtError_t error =
       stream->submit(owned_work(new GraphRun{exec->body, exec->launches, launch}, "graph"), "vdrtGraphLaunch");
   if (error != vdrtSuccess) {
     std::lock_guard<std::mutex> lock(launches.mutex);
-    launches.recorded -= 1;
+    launches.abandon(launch);
   }
   return error;
 }

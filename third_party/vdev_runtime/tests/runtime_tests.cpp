@@ -592,6 +592,109 @@ TEST(stream_wait_event_orders_streams) {
   CHECK_OK(vdrtStreamDestroy(consumer));
 }
 
+// A record of the event on another stream, completing first, neither releases a wait
+// for the earlier record nor completes it for a host that waited before the re-record
+// (CUDA waits for the record made before the wait call).
+thread_local bool is_event_waiter = false;
+std::atomic<bool> event_waiter_blocked{false};
+
+void noting_wait_hook(void (*wait)(void* context), void* context) {
+  if (is_event_waiter) {
+    event_waiter_blocked = true;
+  }
+  wait(context);
+}
+
+TEST(waits_are_for_their_record_when_another_stream_records_the_event_again) {
+  CHECK_OK(vdrtSetHostWaitHook(&noting_wait_hook));
+  vdrtStream_t slow = new_stream();
+  vdrtStream_t idle = new_stream();
+  vdrtStream_t consumer = new_stream();
+  vdrtEvent_t event = nullptr;
+  CHECK_OK(vdrtEventCreate(&event, vdrtEventDefault));
+  Gate gate;
+  std::atomic<int> value{0};
+  std::atomic<int> seen{-1};
+  CHECK_OK(vdrtLaunchHostFunc(slow, &Gate::wait, &gate));
+  launch(slow, [&] { value = 42; });
+  CHECK_OK(vdrtEventRecord(event, slow));
+  CHECK_OK(vdrtStreamWaitEvent(consumer, event));
+  launch(consumer, [&] { seen = value.load(); });
+  std::atomic<bool> synchronized{false};
+  std::thread waiter([&] {
+    is_event_waiter = true;
+    CHECK_OK(vdrtEventSynchronize(event));
+    synchronized = true;
+  });
+  while (!event_waiter_blocked) {
+    sleep_ms(1);
+  }
+  // Recorded again on an idle stream: that record completes at once.
+  CHECK_OK(vdrtEventRecord(event, idle));
+  CHECK_OK(vdrtStreamSynchronize(idle));
+  CHECK_OK(vdrtEventQuery(event));  // the latest record is complete
+  CHECK_OK(vdrtEventSynchronize(event));  // a host wait after it is for that record
+  sleep_ms(20);
+  // Noted, then checked once the waiter has joined, so a failure names its check.
+  const int seen_before_the_gate = seen;
+  const vdrtError_t consumer_before_the_gate = vdrtStreamQuery(consumer);
+  const bool synchronized_before_the_gate = synchronized;
+  // A wait made now is for the idle stream's record: it does not hold its stream.
+  vdrtStream_t later_consumer = new_stream();
+  const vdrtError_t later_wait = vdrtStreamWaitEvent(later_consumer, event);
+  const vdrtError_t later_synchronize = vdrtStreamSynchronize(later_consumer);
+  gate.open = true;
+  const vdrtError_t consumer_synchronize = vdrtStreamSynchronize(consumer);
+  const vdrtError_t slow_synchronize = vdrtStreamSynchronize(slow);  // past the gate
+  waiter.join();
+  CHECK(seen_before_the_gate == -1);
+  CHECK(consumer_before_the_gate == vdrtErrorNotReady);
+  CHECK(!synchronized_before_the_gate);
+  CHECK_OK(later_wait);
+  CHECK_OK(later_synchronize);
+  CHECK_OK(consumer_synchronize);
+  CHECK_OK(slow_synchronize);
+  CHECK(seen == 42);
+  CHECK(synchronized);
+  CHECK_OK(vdrtEventQuery(event));
+  CHECK_OK(vdrtSetHostWaitHook(nullptr));
+  CHECK_OK(vdrtEventDestroy(event));
+  for (vdrtStream_t stream : {slow, idle, consumer, later_consumer}) {
+    CHECK_OK(vdrtStreamDestroy(stream));
+  }
+}
+
+// The latest record decides the query and the elapsed time, whichever completes first.
+TEST(an_earlier_record_completing_last_does_not_move_the_event) {
+  vdrtStream_t slow = new_stream();
+  vdrtStream_t fast = new_stream();
+  vdrtEvent_t start = nullptr;
+  vdrtEvent_t end = nullptr;
+  CHECK_OK(vdrtEventCreate(&start, vdrtEventDefault));
+  CHECK_OK(vdrtEventCreate(&end, vdrtEventDefault));
+  Gate gate;
+  CHECK_OK(vdrtEventRecord(start, fast));
+  launch(fast, [] { sleep_ms(30); });
+  CHECK_OK(vdrtLaunchHostFunc(slow, &Gate::wait, &gate));
+  CHECK_OK(vdrtEventRecord(end, slow));
+  CHECK_OK(vdrtEventRecord(end, fast));
+  CHECK_OK(vdrtStreamSynchronize(fast));
+  CHECK_OK(vdrtEventQuery(end));
+  float ms = -1;
+  CHECK_OK(vdrtEventElapsedTime(&ms, start, end));
+  const float fast_ms = ms;
+  CHECK(fast_ms >= 29.0f);
+  sleep_ms(50);
+  gate.open = true;
+  CHECK_OK(vdrtStreamSynchronize(slow));
+  CHECK_OK(vdrtEventElapsedTime(&ms, start, end));
+  CHECK(ms == fast_ms);  // the slow stream's earlier record did not move the time
+  CHECK_OK(vdrtEventDestroy(start));
+  CHECK_OK(vdrtEventDestroy(end));
+  CHECK_OK(vdrtStreamDestroy(slow));
+  CHECK_OK(vdrtStreamDestroy(fast));
+}
+
 // ---- launch failures ----
 
 void failing_kernel(void* message) {
@@ -1270,6 +1373,28 @@ TEST(ending_a_capture_checks_the_stream_and_the_thread) {
   std::thread([&] { from_other = vdrtStreamEndCapture(stream, &graph); }).join();
   CHECK_OK(from_other);
   CHECK_OK(vdrtGraphDestroy(graph));
+  CHECK_OK(vdrtStreamDestroy(stream));
+}
+
+// Under launch blocking a graph launch runs before it returns; one whose kernel fails
+// reports the failure, and the next launch of the graph does not wait for it forever.
+TEST(a_failed_graph_launch_under_launch_blocking_does_not_hold_the_next) {
+  vdrtStream_t stream = new_stream();
+  CHECK_OK(vdrtStreamBeginCapture(stream, vdrtStreamCaptureModeGlobal));
+  CHECK_OK(vdrtLaunchHostFunc(stream, &failing_kernel, const_cast<char*>("replayed failure")));
+  vdrtGraph_t graph = nullptr;
+  CHECK_OK(vdrtStreamEndCapture(stream, &graph));
+  vdrtGraphExec_t exec = nullptr;
+  CHECK_OK(vdrtGraphInstantiate(&exec, graph));
+  CHECK_OK(vdrtSetLaunchBlocking(1));
+  for (int launch = 0; launch < 2; ++launch) {
+    CHECK(vdrtGraphLaunch(exec, stream) == vdrtErrorLaunchFailure);
+    CHECK(std::string(vdrtGetLastErrorMessage()).find("replayed failure") != std::string::npos);
+  }
+  CHECK_OK(vdrtSetLaunchBlocking(0));
+  CHECK_OK(vdrtGraphExecDestroy(exec));
+  CHECK_OK(vdrtGraphDestroy(graph));
+  check_usable(stream);
   CHECK_OK(vdrtStreamDestroy(stream));
 }
 
