@@ -325,3 +325,76 @@ def test_narrow_copy_raises_narrows_errors(dim, start, length):
         torch.narrow_copy(source.to(DEVICE), dim, start, length)
     assert str(on_device.value) == str(on_cpu.value)
     assert_close(torch.narrow_copy(source.to(DEVICE), -1, 2, 5).cpu(), torch.narrow_copy(source, -1, 2, 5))
+
+
+def _metadata(tensor):
+    return tensor.shape, tensor.stride(), tensor.dtype
+
+
+@pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last])
+def test_max_unpool2d_gives_cpus_values_in_the_meta_kernels_contiguous_layout(memory_format):
+    # CPU's kernel unpools a channels-last input channels-last; CUDA's and the meta kernel
+    # (which fake tensors and torch.compile trust) always give a contiguous result.
+    source = torch.randn(2, 3, 6, 8, dtype=torch.float64)
+    pooled, indices = torch.nn.functional.max_pool2d(source, 2, return_indices=True)
+    pooled = pooled.to(memory_format=memory_format).requires_grad_()
+    indices = indices.to(memory_format=memory_format)
+    expected = torch.nn.functional.max_unpool2d(pooled, indices, 2)
+    grad_output = torch.randn_like(expected)
+    expected.backward(grad_output)
+
+    on_device = pooled.detach().to(DEVICE).requires_grad_()
+    result = torch.nn.functional.max_unpool2d(on_device, indices.to(DEVICE), 2)
+    on_meta = torch.nn.functional.max_unpool2d(pooled.detach().to("meta"), indices.to("meta"), 2)
+    assert _metadata(result) == _metadata(on_meta)
+    assert_close(result.cpu(), expected)
+    result.backward(grad_output.to(DEVICE))
+    assert_close(on_device.grad.cpu(), pooled.grad)
+
+
+@pytest.mark.parametrize("op", [torch.ops.aten._embedding_bag, torch.ops.aten._embedding_bag_forward_only])
+@pytest.mark.parametrize("mode", [0, 1, 2], ids=["sum", "mean", "max"])
+@pytest.mark.parametrize("include_last_offset", [False, True])
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+def test_embedding_bag_gives_cudas_auxiliary_results_as_the_meta_kernel_does(op, mode, include_last_offset, index_dtype):
+    # The CPU's sum fast path leaves offset2bag empty, its bag_size has one element per bag
+    # and its max_indices one per bag in every mode; CUDA's (and the meta kernel for every
+    # device but the CPU) give each index's bag, one bag_size per offset, and max_indices
+    # only for max. The bags themselves are the CPU's.
+    weight = torch.randn(10, 3, dtype=torch.float64)
+    indices = torch.tensor([1, 2, 4, 5, 4, 3, 9], dtype=index_dtype)
+    offsets = torch.tensor([0, 2, 2, 7] if include_last_offset else [0, 2, 2], dtype=index_dtype)
+    arguments = (False, mode, False, None, include_last_offset, -1)
+
+    expected = op(weight, indices, offsets, *arguments)
+    result = op(weight.to(DEVICE), indices.to(DEVICE), offsets.to(DEVICE), *arguments)
+    on_meta = op(weight.to("meta"), indices.to("meta"), offsets.to("meta"), *arguments)
+    assert [_metadata(t) for t in result] == [_metadata(t) for t in on_meta]
+    assert_close(result[0].cpu(), expected[0])
+    assert result[1].tolist() == [0, 0, 2, 2, 2, 2, 2]
+    if mode == 2:
+        assert_close(result[3].cpu(), expected[3])
+
+
+# per_sample_weights are for mode='sum' only, on every device.
+@pytest.mark.parametrize("mode, with_per_sample_weights", [
+    ("sum", False), ("sum", True), ("mean", False), ("max", False)])
+def test_embedding_bag_backward_from_cudas_auxiliary_results_gives_cpus_gradients(mode, with_per_sample_weights):
+    weight = torch.randn(10, 3, dtype=torch.float64, requires_grad=True)
+    indices = torch.tensor([1, 2, 4, 5, 4, 3, 9])
+    offsets = torch.tensor([0, 2, 2])
+    per_sample_weights = torch.randn(7, dtype=torch.float64, requires_grad=True) if with_per_sample_weights else None
+
+    def bags(weight, indices, offsets, per_sample_weights):
+        return torch.nn.functional.embedding_bag(indices, weight, offsets, mode=mode, per_sample_weights=per_sample_weights)
+
+    expected = bags(weight, indices, offsets, per_sample_weights)
+    grad_output = torch.randn_like(expected)
+    expected_grads = torch.autograd.grad(expected, [t for t in (weight, per_sample_weights) if t is not None], grad_output)
+
+    on_device = [t.detach().to(DEVICE).requires_grad_() if t is not None else None for t in (weight, per_sample_weights)]
+    result = bags(on_device[0], indices.to(DEVICE), offsets.to(DEVICE), on_device[1])
+    grads = torch.autograd.grad(result, [t for t in on_device if t is not None], grad_output.to(DEVICE))
+    assert_close(result.cpu(), expected)
+    for grad, expected_grad in zip(grads, expected_grads):
+        assert_close(grad.cpu(), expected_grad)

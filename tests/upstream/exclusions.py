@@ -98,6 +98,8 @@ TEST_EXCLUSIONS = {
     "TestFakeTensor": {
         "test_fake_autocast_linalg_pinv_float32": "the test skips it on cpu and cuda (fake_autocast_device_skips, 'TODO: investigate/fix'): under autocast the fake result's dtype differs from the real one, float32 against float16, as on vdev",
         "test_fake_autocast_pinverse_float32": "the test skips it on cuda (fake_autocast_device_skips['cuda'], 'TODO: investigate/fix'): under CUDA's autocast policy, which vdev's follows, the fake result's dtype differs from the real one, float32 against float16",
+        "test_fake_crossref_backward_*_nn_functional_bilinear_float32": "@onlyCUDA, disabled on CUDA (pytorch/pytorch#159150/#159151; the OpInfo's DecorateInfo skips name TestCommon): the backward views a zero-element tensor, whose real view shares its input's storage on every device while the fake one does not, as on vdev",
+        "test_fake_crossref_backward_*_normal_number_mean_float32": "@onlyCUDA, and the OpInfo skips TestFakeTensor on cuda ('AssertionError in CUDA variant'): its samples pass mean and std as numbers, so no result requires grad and the test's own helper asserts, on any device",
     },
     "TestCommon": {
         "test_python_ref__refs_linspace_int*": LINSPACE_INTEGER_ROUNDING,
