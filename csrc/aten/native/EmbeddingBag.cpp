@@ -51,6 +51,8 @@ EmbeddingBagResults with_cuda_auxiliary_results(
   return cpu_results;
 }
 
+// Op: _embedding_bag or _embedding_bag_forward_only, which share a signature.
+template <class Op>
 EmbeddingBagResults embedding_bag(
     const at::Tensor& weight,
     const at::Tensor& indices,
@@ -62,24 +64,7 @@ EmbeddingBagResults embedding_bag(
     bool include_last_offset,
     int64_t padding_idx) {
   return with_cuda_auxiliary_results(
-      CpuKernel<at::_ops::_embedding_bag>::call(
-          weight, indices, offsets, scale_grad_by_freq, mode, sparse, per_sample_weights, include_last_offset,
-          padding_idx),
-      indices, offsets, mode);
-}
-
-EmbeddingBagResults embedding_bag_forward_only(
-    const at::Tensor& weight,
-    const at::Tensor& indices,
-    const at::Tensor& offsets,
-    bool scale_grad_by_freq,
-    int64_t mode,
-    bool sparse,
-    const std::optional<at::Tensor>& per_sample_weights,
-    bool include_last_offset,
-    int64_t padding_idx) {
-  return with_cuda_auxiliary_results(
-      CpuKernel<at::_ops::_embedding_bag_forward_only>::call(
+      CpuKernel<Op>::call(
           weight, indices, offsets, scale_grad_by_freq, mode, sparse, per_sample_weights, include_last_offset,
           padding_idx),
       indices, offsets, mode);
@@ -88,8 +73,8 @@ EmbeddingBagResults embedding_bag_forward_only(
 } // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("_embedding_bag", TORCH_FN(embedding_bag));
-  m.impl("_embedding_bag_forward_only", TORCH_FN(embedding_bag_forward_only));
+  m.impl("_embedding_bag", TORCH_FN(embedding_bag<at::_ops::_embedding_bag>));
+  m.impl("_embedding_bag_forward_only", TORCH_FN(embedding_bag<at::_ops::_embedding_bag_forward_only>));
 }
 
 } // namespace vdev
