@@ -26,7 +26,7 @@ LINSPACE_INTEGER_ROUNDING = (
 UINT8_UPSAMPLING_REFUSED_AS_ON_CUDA = (
     "the OpInfo claims uint8 on the CPU, not on CUDA, whose bilinear/bicubic kernels refuse it as vdev's do "
     "(tests/test_cuda_semantics.py); every other dtype matches the CPU's and CUDA's claims")
-# test_dtypes of the max pooling ops whose integer input vdev refuses as CUDA's kernels do (claimed on the CPU only).
+# Tests of the max pooling ops in integer dtypes, which vdev refuses as CUDA's kernels do (claimed on the CPU only).
 INTEGER_MAX_POOLING_REFUSED_AS_ON_CUDA = (
     "the OpInfo claims integers on the CPU, not on CUDA, whose max_pool2d/3d_with_indices kernels refuse them as "
     "vdev's do (tests/test_accelerator_dtypes.py); every other dtype matches the CPU's and CUDA's claims")
@@ -132,5 +132,8 @@ TEST_EXCLUSIONS = {
         "test_python_ref_executor__refs_log_normal_*": "@onlyCUDA, and the OpInfo skips it on cuda too ('Expected: log_normal is not comparable': a random op, whose ref draws other numbers)",
         "test_python_ref_executor__refs_nn_functional_alpha_dropout_*": "@onlyCUDA, and the OpInfo skips it on cuda too (a random op, whose traced ref draws other numbers)",
         "test_python_ref_executor__refs_nn_functional_nll_loss_*": "@onlyCUDA, and the OpInfo expects it to fail on cuda (DecorateInfo expectedFailure): traced, the ref reads a tensor's value (aten._local_scalar_dense), as on vdev",
+        "test_multiple_devices_jiterator_*": "@onlyCUDA: the jiterator OpInfos test torch.cuda.jiterator, which compiles CUDA source at run time and raises 'Jiterator is only supported on CUDA and ROCm GPUs' on any other device",
+        "test_multiple_devices_nn_functional_max_pool2d_int64": INTEGER_MAX_POOLING_REFUSED_AS_ON_CUDA,
+        "test_multiple_devices_nn_functional_max_pool3d_int64": INTEGER_MAX_POOLING_REFUSED_AS_ON_CUDA,
     },
 }
